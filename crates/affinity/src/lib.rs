@@ -1,0 +1,1 @@
+//! Applies a plan to the running process: pins threads, binds memory, verifies both.

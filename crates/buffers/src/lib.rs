@@ -1,0 +1,1 @@
+//! NUMA-local fixed-size buffer pools, allocated once at start-up.
