@@ -1,1 +1,78 @@
-fn main() {}
+//! `sluice`: a NUMA-aware bulk data mover.
+//!
+//! This binary is thin: argument parsing, output formatting and exit codes. The
+//! decisions live in the library crates (`sluice-topology`, `sluice-placement`,
+//! `sluice-affinity`, `sluice-buffers`).
+
+mod exit;
+mod plan_cmd;
+mod svg;
+mod topo_cmd;
+
+use clap::{Parser, Subcommand};
+use exit::ExitCode;
+
+/// A NUMA-aware bulk data mover for data-transfer nodes.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    /// Log filter (tracing's env-filter syntax), e.g. `info` or `sluice=debug`.
+    #[arg(long, global = true, env = "SLUICE_LOG", default_value = "warn")]
+    log: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show the machine: sockets, NUMA nodes, cores, NICs and disks with their locality.
+    Topo(topo_cmd::TopoArgs),
+    /// Plan where every thread and buffer of a transfer lives; optionally apply and verify.
+    Plan(plan_cmd::PlanArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log);
+    let result = match &cli.command {
+        Command::Topo(args) => topo_cmd::run(args),
+        Command::Plan(args) => plan_cmd::run(args),
+    };
+    match result {
+        Ok(code) => code.into(),
+        Err(err) => {
+            let code = exit::code_of(&err);
+            eprintln!("sluice: error: {err:#}");
+            code.into()
+        }
+    }
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn exit_code_values_are_the_documented_ones() {
+        assert_eq!(ExitCode::Ok as u8, 0);
+        assert_eq!(ExitCode::Failed as u8, 1);
+        assert_eq!(ExitCode::Usage as u8, 2);
+    }
+}

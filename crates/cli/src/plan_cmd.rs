@@ -1,0 +1,204 @@
+//! `sluice plan`: where every thread and buffer of a transfer lives, and proof of it.
+
+use crate::exit::{bad_input, ExitCode};
+use crate::svg;
+use crate::topo_cmd::load_machine;
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use sluice_placement::{describe, plan, Job, ManualPlacement, Plan, Policy, Role};
+use sluice_topology::{cpulist, Machine};
+use std::path::PathBuf;
+
+/// Default chunk (slot) size. 4 MiB: large enough that per-chunk costs (a frame header,
+/// a checksum finalisation, a syscall) vanish, small enough that a 256 MiB cap still
+/// gives every thread several slots in flight.
+pub const DEFAULT_CHUNK: &str = "4MiB";
+/// Default total buffer memory.
+pub const DEFAULT_BUFFER_MEM: &str = "256MiB";
+
+/// Which side of a transfer the plan is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Side {
+    /// Source host: read from storage, send.
+    Send,
+    /// Sink host: receive, write to storage.
+    Recv,
+    /// A daemon serving both directions.
+    Both,
+}
+
+/// The job description shared by every command that plans (`plan`, later `serve`/`cp`).
+#[derive(Debug, Clone, Args)]
+pub struct JobArgs {
+    /// Placement policy: auto, os, bind, smts, nmts or mts.
+    #[arg(long, value_name = "P", default_value = "auto")]
+    pub policy: String,
+    /// Data connections (net-send / net-recv threads) per direction.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub streams: u32,
+    /// Storage threads (io-read / io-write) per direction.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub io_threads: u32,
+    /// Compression threads (sender side).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub compress_threads: u32,
+    /// Decompression threads (receiver side).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub decompress_threads: u32,
+    /// NIC to use (repeatable). Default: every NIC with a known NUMA node.
+    #[arg(long = "nic", value_name = "NAME")]
+    pub nics: Vec<String>,
+    /// Block device the transfer reads or writes (repeatable), e.g. nvme0n1.
+    #[arg(long = "storage", value_name = "DEV")]
+    pub storage: Vec<String>,
+    /// CPUs never to use, as a list such as `0,2-3` (seed 002's core zoning).
+    #[arg(long, value_name = "LIST")]
+    pub reserve_cores: Option<String>,
+    /// Manual placement of a role: `ROLE=mem:N,exec:A[+B]` or `ROLE=mem:N,exec:os`
+    /// (seed 001's configurations A-H), repeatable.
+    #[arg(long = "place", value_name = "ROLE=SPEC")]
+    pub place: Vec<String>,
+    /// Total buffer memory for all channels, e.g. 256MiB or 1GiB.
+    #[arg(long, value_name = "BYTES", default_value = DEFAULT_BUFFER_MEM)]
+    pub buffer_mem: String,
+    /// Chunk (buffer slot) size, a multiple of 4 KiB, e.g. 4MiB.
+    #[arg(long, value_name = "BYTES", default_value = DEFAULT_CHUNK)]
+    pub chunk_size: String,
+}
+
+/// Arguments of `sluice plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Topology source: this machine (default), `synthetic:"pack:2 numa:2 core:8 pu:1"`,
+    /// or the path of an hwloc XML file.
+    #[arg(long, value_name = "SRC", default_value = "this")]
+    pub topology: String,
+    /// Which side of a transfer to plan for.
+    #[arg(long, value_enum, default_value_t = Side::Both)]
+    pub side: Side,
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Also draw the plan on the machine as SVG into FILE.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Say why the policy was chosen and where each role went.
+    #[arg(long)]
+    pub explain: bool,
+    /// Apply the plan on this machine: spawn and pin its threads, bind its buffers, and
+    /// read both back from the kernel.
+    #[arg(long)]
+    pub apply: bool,
+    /// With --apply: exit 1 when any thread or buffer page is not where planned.
+    #[arg(long, requires = "apply")]
+    pub verify: bool,
+}
+
+/// Parses a byte size such as `4MiB`, `1G` or `65536`; errors name the flag.
+pub fn parse_bytes(flag: &str, value: &str) -> Result<u64> {
+    parse_size::Config::new().with_binary().parse_size(value).map_err(|e| {
+        bad_input(format!("{flag} {value:?} is not a size: {e} (expected e.g. 4MiB, 1GiB, 65536)"))
+    })
+}
+
+impl JobArgs {
+    /// The policy asked for.
+    pub fn policy(&self) -> Result<Policy> {
+        self.policy.parse().map_err(bad_input)
+    }
+
+    /// Builds the planner's job for one side of a transfer.
+    pub fn job(&self, side: Side) -> Result<Job> {
+        let mut threads = vec![(Role::Control, 1)];
+        if matches!(side, Side::Send | Side::Both) {
+            threads.push((Role::NetSend, self.streams));
+            threads.push((Role::IoRead, self.io_threads));
+            threads.push((Role::Compress, self.compress_threads));
+        }
+        if matches!(side, Side::Recv | Side::Both) {
+            threads.push((Role::NetRecv, self.streams));
+            threads.push((Role::IoWrite, self.io_threads));
+            threads.push((Role::Decompress, self.decompress_threads));
+        }
+        threads.retain(|(_, n)| *n > 0);
+        let reserved_cpus = match &self.reserve_cores {
+            None => Vec::new(),
+            Some(list) => cpulist::parse(list).map_err(|e| {
+                bad_input(format!(
+                    "--reserve-cores {list:?} is not a CPU list: {e} (expected e.g. 0,2-3)"
+                ))
+            })?,
+        };
+        let placements = self
+            .place
+            .iter()
+            .map(|p| p.parse::<ManualPlacement>().map_err(bad_input))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Job {
+            threads,
+            nics: self.nics.clone(),
+            storage: self.storage.clone(),
+            buffer_bytes: parse_bytes("--buffer-mem", &self.buffer_mem)?,
+            chunk_bytes: parse_bytes("--chunk-size", &self.chunk_size)?,
+            reserved_cpus,
+            placements,
+        })
+    }
+
+    /// Plans the job on a machine; planner errors are bad input (exit 2).
+    pub fn plan(&self, machine: &Machine, side: Side) -> Result<Plan> {
+        let job = self.job(side)?;
+        plan(machine, &job, self.policy()?).map_err(bad_input)
+    }
+}
+
+/// Runs `sluice plan`.
+pub fn run(args: &PlanArgs) -> Result<ExitCode> {
+    if args.apply && args.topology != "this" {
+        return Err(bad_input(format!(
+            "--apply needs a plan for this machine, but --topology is {:?}: drop --topology to apply",
+            args.topology
+        )));
+    }
+    let machine = load_machine(&args.topology)?;
+    let plan = args.job.plan(&machine, args.side)?;
+    if let Some(path) = &args.svg {
+        std::fs::write(path, svg::render(&machine, Some(&plan)))
+            .with_context(|| format!("cannot write SVG to {}", path.display()))?;
+    }
+    let report = if args.apply {
+        Some(sluice_affinity::apply_and_verify(&plan).context("applying the plan")?)
+    } else {
+        None
+    };
+    if args.json {
+        let mut value = serde_json::to_value(&plan)?;
+        if let (Some(report), Some(obj)) = (&report, value.as_object_mut()) {
+            obj.insert("verification".into(), serde_json::to_value(report)?);
+        }
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print!("{}", describe(&plan));
+        for note in &plan.notes {
+            println!("note: {note}");
+        }
+        if args.explain {
+            println!("why:");
+            for line in &plan.explain {
+                println!("  {line}");
+            }
+        }
+        if let Some(report) = &report {
+            print!("{report}");
+        }
+    }
+    match report {
+        Some(r) if args.verify && !r.ok() => {
+            eprintln!("sluice: verification failed: threads or buffer pages are not where planned");
+            Ok(ExitCode::Failed)
+        }
+        _ => Ok(ExitCode::Ok),
+    }
+}
