@@ -31,7 +31,8 @@ pub struct Package {
     pub os_index: u32,
     /// OS indexes of the NUMA nodes inside this package.
     pub nodes: Vec<u32>,
-    /// OS indexes of all PUs of this package (allowed or not).
+    /// OS indexes of the PUs of this package that this process may use (as for
+    /// [`Node::cpus`]; on synthetic and XML topologies every PU is allowed).
     pub cpus: Vec<u32>,
 }
 
@@ -111,7 +112,10 @@ impl Machine {
 
     /// The NUMA node whose allowed PUs include `cpu`.
     pub fn node_of_cpu(&self, cpu: u32) -> Option<u32> {
-        self.nodes.iter().find(|n| n.cpus.contains(&cpu)).map(|n| n.os_index)
+        self.nodes
+            .iter()
+            .find(|n| n.cpus.contains(&cpu))
+            .map(|n| n.os_index)
     }
 
     /// Distance from node `a` to node `b` (10 = local). Falls back to 10 for `a == b`
@@ -150,7 +154,11 @@ impl Machine {
         let mut next_pu = 0u32;
         let mut next_core = 0u32;
         for p in 0..packages {
-            let mut pkg = Package { os_index: p, nodes: Vec::new(), cpus: Vec::new() };
+            let mut pkg = Package {
+                os_index: p,
+                nodes: Vec::new(),
+                cpus: Vec::new(),
+            };
             for k in 0..nodes_per_package {
                 let os_index = p * nodes_per_package + k;
                 let mut cores = Vec::new();
@@ -159,7 +167,10 @@ impl Machine {
                     let pus: Vec<u32> = (next_pu..next_pu + pus_per_core).collect();
                     next_pu += pus_per_core;
                     cpus.extend(&pus);
-                    cores.push(Core { index: next_core, pus });
+                    cores.push(Core {
+                        index: next_core,
+                        pus,
+                    });
                     next_core += 1;
                 }
                 let distances = (0..node_count)
