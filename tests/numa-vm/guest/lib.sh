@@ -1,0 +1,56 @@
+# Helpers for numa-vm scenarios (busybox ash). In a scenario: . "$SLUICE_VM_LIB"
+#
+# Facts about the shape, set in the environment by the init:
+#   SLUICE_VM_SHAPE         2n, 4n, ...
+#   SLUICE_VM_NODES         number of NUMA nodes
+#   SLUICE_VM_SOCKETS       number of sockets (CPUs split evenly, in CPU-id order)
+#   SLUICE_VM_NODE_CPUS     CPU list per node in node order, e.g. "0-1 2-3"
+#   SLUICE_VM_NODE_MEM_MIB  memory per node in MiB, e.g. "512 512"
+#   SLUICE_VM_DIST          "A-B:DIST ..." for every pair of distinct nodes
+#   SLUICE_VM_NICS          "MAC,NODE,IPV4 ..." (interfaces are up with IPV4/24)
+#   SLUICE_VM_DISKS         "SERIAL,NODE ..." (virtio-blk, raw and empty)
+#   SLUICE_VM_OUT           directory whose files are returned to the host (run.sh --out)
+
+# vm_nic_by_mac MAC: print the interface name that has MAC
+vm_nic_by_mac() {
+  for _d in /sys/class/net/*; do
+    [ "$(cat "$_d/address" 2>/dev/null)" = "$1" ] && { echo "${_d##*/}"; return 0; }
+  done
+  return 1
+}
+
+# vm_disk_by_serial SERIAL: print the block device name (vda...) whose serial is SERIAL
+vm_disk_by_serial() {
+  for _d in /sys/block/*; do
+    [ "$(cat "$_d/serial" 2>/dev/null)" = "$1" ] && { echo "${_d##*/}"; return 0; }
+  done
+  return 1
+}
+
+# vm_dev_node SYSFS_DEVICE: print the NUMA node of a device, walking up to the first
+# ancestor that has numa_node (for virtio: the PCI function above virtioN)
+vm_dev_node() {
+  _p=$(readlink -f "$1")
+  while [ -n "$_p" ] && [ "$_p" != / ] && [ "$_p" != /sys/devices ]; do
+    if [ -r "$_p/numa_node" ]; then cat "$_p/numa_node"; return 0; fi
+    _p=${_p%/*}
+  done
+  return 1
+}
+
+# vm_nic_node IFNAME / vm_disk_node DISK: NUMA node of a NIC / block device
+vm_nic_node() { vm_dev_node "/sys/class/net/$1/device"; }
+vm_disk_node() { vm_dev_node "/sys/block/$1/device"; }
+
+# vm_node_cpus NODE: expected CPU list of NODE for this shape
+# shellcheck disable=SC2086 # split the list on purpose
+vm_node_cpus() { set -- "$1" $SLUICE_VM_NODE_CPUS; shift $(($1 + 1)); echo "$1"; }
+
+# vm_distance A B: expected distance between nodes A and B for this shape
+vm_distance() {
+  [ "$1" = "$2" ] && { echo 10; return 0; }
+  for _e in $SLUICE_VM_DIST; do
+    case ${_e%%:*} in "$1-$2" | "$2-$1") echo "${_e#*:}"; return 0 ;; esac
+  done
+  return 1
+}
