@@ -58,6 +58,8 @@ fn load(source: &TopologySource) -> Result<Topology, TopologyError> {
         operation,
         reason,
     };
+    // Build flags stay empty: without INCLUDE_DISALLOWED, hwloc drops the PUs and nodes
+    // outside the process's cgroup cpuset from the topology itself.
     let builder = Topology::builder()
         .with_io_type_filter(TypeFilter::KeepImportant)
         .map_err(|e| hwloc_error("type filter setup", e.to_string()))?;
@@ -474,6 +476,15 @@ fn complete_from_sysfs(sysfs: &Sysfs, nics: &mut Vec<Nic>, disks: &mut Vec<Block
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn disallowed_pus_are_not_included_by_default() {
+        use hwlocality::topology::builder::BuildFlags;
+        let topology = load(&TopologySource::This).unwrap();
+        assert!(!topology
+            .build_flags()
+            .contains(BuildFlags::INCLUDE_DISALLOWED));
+    }
 
     #[test]
     fn synthetic_machine_has_every_pu_allowed() {
