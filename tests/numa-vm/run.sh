@@ -25,8 +25,9 @@ note() { echo "$PROG: $*" >&2; }
 #   SHAPE_NODES    one "CPUS:MEM_MiB" per NUMA node, in node-id order (CPUS as QEMU takes it: 0-1).
 #   SHAPE_DIST     "A-B:DISTANCE" for every pair of distinct nodes (symmetric; local is 10).
 #   SHAPE_DEVS     devices, each behind a pxb-pcie host bridge on its node:
-#                    nic:NODE:MAC      virtio-net-pci, user-mode network, no outside access
-#                    disk:NODE:SERIAL  virtio-blk-pci on a sparse raw file of --disk-mib MiB
+#                    nic:NODE:MAC[:MBPS]  virtio-net-pci, user-mode network, no outside access;
+#                                         MBPS is the link speed the guest sees (default 25000)
+#                    disk:NODE:SERIAL     virtio-blk-pci on a sparse raw file of --disk-mib MiB
 # In the guest, identify NICs by MAC and disks by serial (/sys/block/vdX/serial): the kernel's
 # ethX/vdX order does not follow QEMU's.
 declare -A SHAPE_SOCKETS=(
@@ -42,8 +43,8 @@ declare -A SHAPE_DIST=(
   [4n]="0-1:16 2-3:16 0-2:22 0-3:22 1-2:22 1-3:22"
 )
 declare -A SHAPE_DEVS=(
-  [2n]="nic:1:52:54:00:12:00:01 disk:1:sluice-disk1"
-  [4n]="nic:0:52:54:00:12:00:10 nic:3:52:54:00:12:00:13 disk:2:sluice-disk2"
+  [2n]="nic:1:52:54:00:12:00:01:25000 disk:1:sluice-disk1"
+  [4n]="nic:0:52:54:00:12:00:10:100000 nic:3:52:54:00:12:00:13:25000 disk:2:sluice-disk2"
 )
 # Kernel modules always loaded (dependencies are resolved and loaded first).
 BASE_MODULES=(virtio_pci virtio_net virtio_blk)
@@ -298,6 +299,21 @@ build_initramfs() {
   mkdir -p "$ROOT"/{bin,sbin,etc/sluice-vm,proc,sys,dev,tmp,run,root,usr/bin,usr/sbin,usr/local/bin,lib/modules}
   cp /bin/busybox "$ROOT/bin/busybox"
   ln -s busybox "$ROOT/bin/sh"
+  # enough of /etc for glibc/musl programs: resolve localhost and the NIC addresses, know root
+  {
+    echo "127.0.0.1 localhost sluice-vm"
+    echo "::1 localhost ip6-localhost"
+    local nic i=0
+    for nic in $NIC_FACTS; do # NICs in shape order: nic0, nic1...
+      local f=${nic#*,*,}
+      echo "${f%%,*} nic$i"
+      i=$((i + 1))
+    done
+  } >"$ROOT/etc/hosts"
+  echo "hosts: files" >"$ROOT/etc/nsswitch.conf"
+  echo "root:x:0:0:root:/root:/bin/sh" >"$ROOT/etc/passwd"
+  echo "root:x:0:" >"$ROOT/etc/group"
+  echo "sluice-vm" >"$ROOT/etc/hostname"
 
   # modules
   local m
@@ -433,11 +449,15 @@ build_qemu_args() {
     devargs+=(-device "pcie-root-port,id=rp$nport,bus=${pxb_of[$node]},chassis=$nport,slot=$nport")
     case $kind in
       nic)
+        local mac=${id:0:17} speed=${id:18}
+        speed=${speed:-25000}
+        [[ $mac =~ ^([0-9a-f]{2}:){5}[0-9a-f]{2}$ && $speed =~ ^[0-9]+$ ]] ||
+          die "shape $SHAPE: bad NIC '$dev' (want nic:NODE:MAC[:MBPS], lower-case MAC)"
         # each NIC gets its own user-mode subnet 10.0.(2+n).0/24, guest address .15
         local net="10.0.$((2 + nnet))"
         devargs+=(-netdev "user,id=net$nnet,restrict=on,net=$net.0/24"
-          -device "virtio-net-pci,netdev=net$nnet,bus=rp$nport,mac=$id,romfile=")
-        NIC_FACTS+=" $id,$node,$net.15"
+          -device "virtio-net-pci,netdev=net$nnet,bus=rp$nport,mac=$mac,speed=$speed,duplex=full,romfile=")
+        NIC_FACTS+=" $mac,$node,$net.15,$speed"
         nnet=$((nnet + 1))
         ;;
       disk)

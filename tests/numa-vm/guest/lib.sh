@@ -7,7 +7,8 @@
 #   SLUICE_VM_NODE_CPUS     CPU list per node in node order, e.g. "0-1 2-3"
 #   SLUICE_VM_NODE_MEM_MIB  memory per node in MiB, e.g. "512 512"
 #   SLUICE_VM_DIST          "A-B:DIST ..." for every pair of distinct nodes
-#   SLUICE_VM_NICS          "MAC,NODE,IPV4 ..." (interfaces are up with IPV4/24)
+#   SLUICE_VM_NICS          "MAC,NODE,IPV4,MBPS ..." (interfaces are up with IPV4/24, link
+#                           speed MBPS in /sys/class/net/IF/speed); /etc/hosts names them nic0...
 #   SLUICE_VM_DISKS         "SERIAL,NODE ..." (virtio-blk, raw and empty)
 #   SLUICE_VM_OUT           directory whose files are returned to the host (run.sh --out)
 

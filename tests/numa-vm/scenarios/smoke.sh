@@ -51,9 +51,12 @@ for nic in $SLUICE_VM_NICS; do
   mac=${nic%%,*}
   rest=${nic#*,}
   want=${rest%%,*}
-  addr=${rest#*,}
+  rest=${rest#*,}
+  addr=${rest%%,*}
+  mbps=${rest#*,}
   if ifname=$(vm_nic_by_mac "$mac"); then
     check "NIC $mac ($ifname) node" "$(vm_nic_node "$ifname")" "$want"
+    check "NIC $mac ($ifname) speed" "$(cat "/sys/class/net/$ifname/speed" 2>/dev/null)" "$mbps"
     check "NIC $mac ($ifname) address" "$(ip -4 -o addr show dev "$ifname" | awk '{ print $4 }')" "$addr/24"
   else
     echo "FAIL NIC $mac: no interface with this MAC"
@@ -71,6 +74,10 @@ for disk in $SLUICE_VM_DISKS; do
     fails=$((fails + 1))
   fi
 done
+
+# facts that matter for placement tests (information only)
+echo "     numa_balancing=$(cat /proc/sys/kernel/numa_balancing 2>/dev/null)" \
+  "thp=$(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
 
 # CPU binding is real in the guest: pin a shell to the last CPU and read it back
 last=$(($(nproc) - 1))
