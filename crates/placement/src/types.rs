@@ -70,10 +70,13 @@ impl fmt::Display for Role {
 impl FromStr for Role {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Role::ALL.into_iter().find(|r| r.as_str() == s).ok_or_else(|| {
-            let names: Vec<_> = Role::ALL.iter().map(|r| r.as_str()).collect();
-            format!("unknown role {s:?}: expected one of {}", names.join(", "))
-        })
+        Role::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Role::ALL.iter().map(|r| r.as_str()).collect();
+                format!("unknown role {s:?}: expected one of {}", names.join(", "))
+            })
     }
 }
 
@@ -98,8 +101,14 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy, in the order `--help` lists them.
-    pub const ALL: [Policy; 6] =
-        [Policy::Auto, Policy::Os, Policy::Bind, Policy::Smts, Policy::Nmts, Policy::Mts];
+    pub const ALL: [Policy; 6] = [
+        Policy::Auto,
+        Policy::Os,
+        Policy::Bind,
+        Policy::Smts,
+        Policy::Nmts,
+        Policy::Mts,
+    ];
 
     /// The policy's name as written on the command line and in JSON.
     pub fn as_str(self) -> &'static str {
@@ -123,9 +132,12 @@ impl fmt::Display for Policy {
 impl FromStr for Policy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Policy::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| {
-            format!("unknown policy {s:?}: expected one of auto, os, bind, smts, nmts, mts")
-        })
+        Policy::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown policy {s:?}: expected one of auto, os, bind, smts, nmts, mts")
+            })
     }
 }
 
@@ -157,15 +169,19 @@ impl FromStr for ManualPlacement {
     /// Parses `ROLE=mem:N,exec:A+B` or `ROLE=mem:N,exec:os`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let expected = "expected ROLE=mem:N,exec:A[+B...] or ROLE=mem:N,exec:os";
-        let (role, spec) =
-            s.split_once('=').ok_or_else(|| format!("invalid placement {s:?}: {expected}"))?;
-        let role: Role = role.trim().parse().map_err(|e| format!("invalid placement {s:?}: {e}"))?;
+        let (role, spec) = s
+            .split_once('=')
+            .ok_or_else(|| format!("invalid placement {s:?}: {expected}"))?;
+        let role: Role = role
+            .trim()
+            .parse()
+            .map_err(|e| format!("invalid placement {s:?}: {e}"))?;
         let mut mem_node = None;
         let mut exec = None;
         for part in spec.split(',') {
-            let (key, value) = part
-                .split_once(':')
-                .ok_or_else(|| format!("invalid placement {s:?}: {part:?} is not KEY:VALUE; {expected}"))?;
+            let (key, value) = part.split_once(':').ok_or_else(|| {
+                format!("invalid placement {s:?}: {part:?} is not KEY:VALUE; {expected}")
+            })?;
             match key.trim() {
                 "mem" => {
                     let n = value.trim().parse::<u32>().map_err(|_| {
@@ -187,13 +203,21 @@ impl FromStr for ManualPlacement {
                     exec = Some(ExecDomain::Nodes(nodes));
                 }
                 other => {
-                    return Err(format!("invalid placement {s:?}: unknown key {other:?}; {expected}"))
+                    return Err(format!(
+                        "invalid placement {s:?}: unknown key {other:?}; {expected}"
+                    ))
                 }
             }
         }
         match (mem_node, exec) {
-            (Some(mem_node), Some(exec)) => Ok(ManualPlacement { role, mem_node, exec }),
-            _ => Err(format!("invalid placement {s:?}: both mem and exec are needed; {expected}")),
+            (Some(mem_node), Some(exec)) => Ok(ManualPlacement {
+                role,
+                mem_node,
+                exec,
+            }),
+            _ => Err(format!(
+                "invalid placement {s:?}: both mem and exec are needed; {expected}"
+            )),
         }
     }
 }
@@ -223,7 +247,11 @@ pub struct Job {
 impl Job {
     /// The number of threads of `role` the job asks for.
     pub fn count(&self, role: Role) -> u32 {
-        self.threads.iter().filter(|(r, _)| *r == role).map(|(_, n)| n).sum()
+        self.threads
+            .iter()
+            .filter(|(r, _)| *r == role)
+            .map(|(_, n)| n)
+            .sum()
     }
 }
 
@@ -284,7 +312,9 @@ pub struct ThreadPlan {
 impl Plan {
     /// All threads of the plan with the channel each belongs to.
     pub fn threads(&self) -> impl Iterator<Item = (&Channel, &ThreadPlan)> {
-        self.channels.iter().flat_map(|c| c.threads.iter().map(move |t| (c, t)))
+        self.channels
+            .iter()
+            .flat_map(|c| c.threads.iter().map(move |t| (c, t)))
     }
 
     /// Sum of all buffer partitions.
@@ -361,4 +391,13 @@ pub enum PlanError {
     /// The machine has no node with both CPUs and memory (or none at all).
     #[error("the machine has no NUMA node with both usable CPUs and memory")]
     NoUsableNode,
+    /// The job asks for more threads than a plan may hold (a limit, so that a typo such
+    /// as `--streams 4000000000` is an error rather than an out-of-memory abort).
+    #[error("the job asks for {threads} threads: expected at most {max}")]
+    TooManyThreads {
+        /// Threads asked for, all roles together.
+        threads: u64,
+        /// The limit ([`crate::THREADS_MAX`]).
+        max: u64,
+    },
 }
