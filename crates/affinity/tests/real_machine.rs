@@ -1,0 +1,242 @@
+//! Binding and read-back on the machine running the tests. Written to pass on any Linux
+//! machine with at least one CPU and one NUMA node (the CI machine has 2 CPUs, 1 node).
+
+use sluice_affinity::{
+    allowed_cpus, allowed_nodes, apply_and_verify, bind_current_thread, current_cpu, memory_policy,
+    stat_cpu, thread_affinity, AffinityError, NodeMemory, PolicyMode,
+};
+use sluice_placement::{Channel, Plan, Policy, Role, ThreadPlan};
+
+fn first_node() -> u32 {
+    allowed_nodes().expect("hwloc topology")[0]
+}
+
+#[test]
+fn a_thread_pinned_to_the_last_allowed_cpu_runs_there_and_only_there() {
+    std::thread::spawn(|| {
+        let last = *thread_affinity()
+            .expect("sched_getaffinity")
+            .last()
+            .expect("a CPU");
+        bind_current_thread(&[last]).expect("bind");
+        assert_eq!(thread_affinity().expect("sched_getaffinity"), vec![last]);
+        for _ in 0..20 {
+            assert_eq!(current_cpu().expect("sched_getcpu"), last);
+            assert_eq!(stat_cpu().expect("/proc stat"), last);
+            std::thread::yield_now();
+        }
+    })
+    .join()
+    .expect("pinned thread");
+}
+
+#[test]
+fn binding_to_a_cpu_that_does_not_exist_names_it() {
+    let err = bind_current_thread(&[9999]).expect_err("CPU 9999");
+    assert!(
+        matches!(err, AffinityError::CpuNotAvailable { cpu: 9999, .. }),
+        "{err}"
+    );
+    assert!(matches!(
+        bind_current_thread(&[]),
+        Err(AffinityError::EmptyCpuList)
+    ));
+}
+
+#[test]
+fn node_memory_bound_to_a_node_has_every_page_there() {
+    let node = first_node();
+    let memory = NodeMemory::new(16 << 20, Some(node)).expect("bound memory");
+    let report = memory.verify_node().expect("move_pages");
+    assert_eq!(report.pages, (16 << 20) / sluice_affinity::page_bytes());
+    assert_eq!(report.on_node, report.pages, "{report:?}");
+    assert!(report.elsewhere.is_empty(), "{report:?}");
+    assert_eq!(report.share(), 1.0);
+    // The kernel's own record of the binding, the witness that counts on one node.
+    let policy = memory.policy().expect("get_mempolicy");
+    assert_eq!(policy.mode, PolicyMode::Bind);
+    assert_eq!(policy.nodes, vec![node]);
+    assert_eq!(policy.to_string(), format!("bind:{node}"));
+}
+
+#[test]
+fn unbound_memory_keeps_the_default_policy() {
+    let memory = NodeMemory::new(1, None).expect("memory");
+    assert_eq!(
+        memory.policy().expect("get_mempolicy").mode,
+        PolicyMode::Default
+    );
+    assert!(memory.verify_node().expect("move_pages").all_on_node());
+    assert!(
+        memory_policy(std::ptr::null()).is_err(),
+        "address 0 is not mapped"
+    );
+}
+
+#[test]
+fn binding_memory_to_a_missing_node_names_it() {
+    let err = NodeMemory::new(4096, Some(4000)).expect_err("node 4000");
+    assert!(
+        matches!(err, AffinityError::NodeNotAvailable { node: 4000, .. }),
+        "{err}"
+    );
+}
+
+fn thread(role: Role, index: u32, cpus: Option<Vec<u32>>) -> ThreadPlan {
+    ThreadPlan {
+        role,
+        index,
+        cpus,
+        manual: false,
+    }
+}
+
+/// A one-channel plan for this machine: control on all CPUs, net-send on the last one,
+/// io-read unbound, 8 MiB of buffers on the first node.
+fn one_node_plan() -> Plan {
+    let cpus = allowed_cpus().expect("hwloc");
+    let node = first_node();
+    let last = *cpus.last().expect("a CPU");
+    Plan {
+        policy: Policy::Bind,
+        requested_policy: Policy::Bind,
+        chunk_bytes: 1 << 20,
+        channels: vec![Channel {
+            id: 0,
+            numa_node: Some(node),
+            nodes: vec![node],
+            package: None,
+            nics: vec![],
+            buffer_bytes: 8 << 20,
+            threads: vec![
+                thread(Role::Control, 0, Some(cpus.clone())),
+                thread(Role::NetSend, 0, Some(vec![last])),
+                thread(Role::IoRead, 0, None),
+            ],
+        }],
+        notes: vec![],
+        explain: vec![],
+    }
+}
+
+#[test]
+fn a_one_node_plan_is_applied_and_verified() {
+    let plan = one_node_plan();
+    let report = apply_and_verify(&plan).expect("apply");
+    let table = report.to_string();
+    assert!(report.ok(), "{table}\n{report:#?}");
+    assert_eq!(report.threads.len(), 3);
+    let last = *allowed_cpus().expect("hwloc").last().expect("a CPU");
+    let net = &report.threads[1];
+    assert_eq!(net.observed_cpus, vec![last]);
+    assert_eq!(net.affinity, vec![last]);
+    assert!(
+        report.threads[2].planned_cpus.is_none() && !report.threads[2].observed_cpus.is_empty()
+    );
+    let part = &report.partitions[0];
+    assert_eq!(part.bytes_verified, 8 << 20);
+    assert_eq!(part.pages_on_node, part.pages);
+    assert!(part.pages > 0);
+    assert!(
+        table.contains("net-send 0") && table.contains("everything where planned"),
+        "{table}"
+    );
+    let json = serde_json::to_value(&report).expect("json");
+    assert_eq!(json["threads"][1]["role"], "net-send");
+    assert_eq!(json["partitions"][0]["ok"], true);
+    println!("{table}");
+}
+
+#[test]
+fn large_partitions_are_checked_up_to_the_cap() {
+    let mut plan = one_node_plan();
+    plan.channels[0].buffer_bytes = 1 << 40; // 1 TiB planned: never mapped
+    plan.channels[0].threads.clear();
+    let report = apply_and_verify(&plan).expect("apply");
+    assert!(report.ok(), "{report}");
+    assert_eq!(
+        report.partitions[0].bytes_verified,
+        sluice_affinity::VERIFY_BYTES_MAX_PER_CHANNEL
+    );
+    assert!(report.to_string().contains("64 MiB of 1 TiB"), "{report}");
+}
+
+#[test]
+fn a_plan_for_a_bigger_machine_names_the_missing_cpu() {
+    let mut plan = one_node_plan();
+    plan.channels[0].threads[1].cpus = Some(vec![9999]);
+    let err = apply_and_verify(&plan).expect_err("CPU 9999");
+    assert!(
+        matches!(
+            err,
+            AffinityError::UnknownPlanCpu {
+                cpu: 9999,
+                role: Role::NetSend,
+                index: 0,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let cpus = allowed_cpus().expect("hwloc");
+    let expected = "plan puts net-send 0 (channel 0) on CPU 9999, but this machine has CPUs ";
+    assert!(err.to_string().starts_with(expected), "{err}");
+    assert!(err.to_string().contains(&cpus[0].to_string()), "{err}");
+}
+
+#[test]
+fn a_plan_for_a_bigger_machine_names_the_missing_node() {
+    let mut plan = one_node_plan();
+    plan.channels[0].numa_node = Some(7);
+    plan.channels[0].nodes = vec![7];
+    let err = apply_and_verify(&plan).expect_err("node 7");
+    assert!(
+        matches!(
+            err,
+            AffinityError::UnknownPlanNode {
+                channel: 0,
+                node: 7,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("channel 0's buffers on NUMA node 7"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_empty_cpu_list_in_a_plan_is_an_error() {
+    let mut plan = one_node_plan();
+    plan.channels[0].threads[0].cpus = Some(vec![]);
+    let err = apply_and_verify(&plan).expect_err("empty");
+    assert!(
+        matches!(
+            err,
+            AffinityError::EmptyPlanCpus {
+                role: Role::Control,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn an_unbound_plan_reports_where_things_landed() {
+    let mut plan = one_node_plan();
+    plan.policy = Policy::Os;
+    plan.channels[0].numa_node = None;
+    plan.channels[0].nodes.clear();
+    for t in &mut plan.channels[0].threads {
+        t.cpus = None;
+    }
+    let report = apply_and_verify(&plan).expect("apply");
+    assert!(report.ok(), "{report}");
+    assert!(report.threads.iter().all(|t| !t.observed_cpus.is_empty()));
+    assert_eq!(report.partitions[0].policy, "default");
+    assert!(!report.partitions[0].by_node.is_empty());
+}
