@@ -1,0 +1,559 @@
+//! Chunk frames: the fixed-size [`ChunkHeader`], the packed-chunk segment table, and
+//! [`Chunk`], which is both.
+//!
+//! On a data connection a chunk is sent as
+//!
+//! ```text
+//! common header (6)  type=0x22, flags=ChunkFlags, body_len = 36 + 12 × segments
+//! fixed body (36)    file_id u64, offset u64, raw_len u32, wire_len u32,
+//!                    checksum u64, segments u16, reserved u16 (= 0)
+//! segment table      segments × (file_id u64, len u32)         (PACKED only)
+//! payload            wire_len bytes                            (NOT counted in body_len)
+//! ```
+//!
+//! Decoding never touches the payload: the I/O layer decodes the 42-byte header, learns
+//! `wire_len` (already checked against the chunk-size limit), and reads the payload
+//! straight into a buffer slot of its own.
+
+use crate::codec::{
+    bitflags_type, check_limit, encode_frame, Codec, FrameHeader, FrameType, Put, Reader,
+};
+use crate::error::DecodeError;
+use crate::frame::Compression;
+use crate::integrity::{chunk_checksum, chunk_count, chunk_range, is_valid_chunk_bytes};
+use crate::limits::{
+    CHUNK_FIXED_BODY_BYTES, CHUNK_HEADER_BYTES, FRAME_HEADER_BYTES, MAX_CHUNK_BYTES,
+    MAX_PACK_SEGMENTS, SEGMENT_BYTES,
+};
+
+bitflags_type! {
+    /// Flags of a chunk, carried in the common header's flags byte.
+    ChunkFlags: u8 {
+        /// The payload is an LZ4 block; `wire_len ≤ raw_len`.
+        const COMPRESSED_LZ4 = 1 << 0;
+        /// The payload is a zstd frame; `wire_len ≤ raw_len`.
+        const COMPRESSED_ZSTD = 1 << 1;
+        /// Several small whole files back to back, described by the segment table.
+        const PACKED = 1 << 2;
+        /// The chunk ends its file (always set on packed chunks).
+        const LAST = 1 << 3;
+    }
+}
+
+/// The fixed part of a chunk frame: 42 bytes on the wire, common header included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkHeader {
+    /// The file; for a packed chunk, the file of the first segment.
+    pub file_id: u64,
+    /// File-relative offset, a multiple of the chunk size; 0 for a packed chunk.
+    pub offset: u64,
+    /// Original bytes, 1..=chunk size.
+    pub raw_len: u32,
+    /// Payload bytes on the wire: `raw_len` if uncompressed, else ≤ `raw_len`.
+    pub wire_len: u32,
+    /// Compression, packing, last-of-file.
+    pub flags: ChunkFlags,
+    /// xxh3-64 of the original `raw_len` bytes ([`chunk_checksum`]).
+    pub checksum: u64,
+    /// Entries in the segment table; 0 unless `PACKED`.
+    pub segments: u16,
+}
+
+/// One file inside a packed chunk: its bytes are the next `len` bytes of the raw payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Segment {
+    /// The file (a whole small file, so offset 0 and chunk index 0).
+    pub file_id: u64,
+    /// Its size, ≥ 1.
+    pub len: u32,
+}
+
+/// A chunk header with its segment table (empty unless packed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    /// The fixed part.
+    pub header: ChunkHeader,
+    /// The segment table, sorted by strictly increasing `file_id`.
+    pub segments: Vec<Segment>,
+}
+
+impl ChunkHeader {
+    /// Bytes of the header on the wire, common header included.
+    pub const ENCODED_LEN: usize = CHUNK_HEADER_BYTES;
+
+    /// The header of an uncompressed, unpacked chunk of `raw`, checksum computed.
+    pub fn plain(file_id: u64, offset: u64, raw: &[u8], last: bool) -> ChunkHeader {
+        let raw_len = u32::try_from(raw.len()).unwrap_or(u32::MAX);
+        let mut flags = ChunkFlags::EMPTY;
+        flags.set(ChunkFlags::LAST, last);
+        ChunkHeader {
+            file_id,
+            offset,
+            raw_len,
+            wire_len: raw_len,
+            flags,
+            checksum: chunk_checksum(raw),
+            segments: 0,
+        }
+    }
+
+    /// The same header for a payload compressed to `wire_len` bytes. The checksum stays
+    /// that of the original bytes. Send uncompressed when compression does not shrink.
+    pub fn compressed(mut self, compression: Compression, wire_len: u32) -> ChunkHeader {
+        self.flags
+            .set(ChunkFlags::COMPRESSED_LZ4, compression == Compression::Lz4);
+        self.flags.set(
+            ChunkFlags::COMPRESSED_ZSTD,
+            compression == Compression::Zstd,
+        );
+        self.wire_len = match compression {
+            Compression::None => self.raw_len,
+            _ => wire_len,
+        };
+        self
+    }
+
+    /// How the payload is compressed.
+    pub fn compression(&self) -> Compression {
+        if self.flags.contains(ChunkFlags::COMPRESSED_LZ4) {
+            Compression::Lz4
+        } else if self.flags.contains(ChunkFlags::COMPRESSED_ZSTD) {
+            Compression::Zstd
+        } else {
+            Compression::None
+        }
+    }
+
+    /// Whether this is a packed chunk.
+    pub fn is_packed(&self) -> bool {
+        self.flags.contains(ChunkFlags::PACKED)
+    }
+
+    /// Whether the chunk ends its file.
+    pub fn is_last(&self) -> bool {
+        self.flags.contains(ChunkFlags::LAST)
+    }
+
+    /// Bytes of the segment table that follow the header.
+    pub fn table_len(&self) -> usize {
+        usize::from(self.segments) * SEGMENT_BYTES
+    }
+
+    /// Whether `raw` (the decompressed payload) is what the header describes: the pair
+    /// check of the checksum computed when the chunk was framed.
+    pub fn verify(&self, raw: &[u8]) -> bool {
+        raw.len() == self.raw_len as usize && chunk_checksum(raw) == self.checksum
+    }
+
+    /// Checks an unpacked chunk against the session's chunk size and the file's size from
+    /// the manifest: aligned offset, the exact length of that chunk, `LAST` exactly on the
+    /// file's last chunk. For a packed chunk, checks `raw_len ≤ chunk_bytes` only (segment
+    /// lengths are checked against the manifest by the engine).
+    ///
+    /// # Errors
+    /// [`DecodeError::Inconsistent`] naming the field that does not fit.
+    pub fn validate_geometry(&self, chunk_bytes: u32, file_size: u64) -> Result<(), DecodeError> {
+        let bad = |field, reason| Err(DecodeError::Inconsistent { field, reason });
+        if !is_valid_chunk_bytes(chunk_bytes) {
+            return bad("Chunk.chunk_bytes", "not a valid chunk size");
+        }
+        if self.raw_len > chunk_bytes {
+            return bad("Chunk.raw_len", "larger than the session's chunk size");
+        }
+        if self.is_packed() {
+            return Ok(());
+        }
+        if self.offset % u64::from(chunk_bytes) != 0 {
+            return bad("Chunk.offset", "not a multiple of the chunk size");
+        }
+        let index = self.offset / u64::from(chunk_bytes);
+        match chunk_range(file_size, chunk_bytes, index) {
+            None => bad("Chunk.offset", "past the end of the file"),
+            Some((_, len)) if len != self.raw_len => {
+                bad("Chunk.raw_len", "not the length of this chunk of the file")
+            }
+            Some(_) if self.is_last() != (index + 1 == chunk_count(file_size, chunk_bytes)) => bad(
+                "Chunk.flags",
+                "LAST set on a chunk that does not end the file, or missing",
+            ),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Decodes a header whose chunk may be at most `max_chunk_bytes` (the session's chunk
+    /// size): `raw_len` and `wire_len` are checked against it, so the caller may read
+    /// `wire_len` payload bytes into a slot of `max_chunk_bytes`.
+    ///
+    /// # Errors
+    /// [`DecodeError::LimitExceeded`] for `Chunk.wire_len` / `Chunk.raw_len` /
+    /// `Chunk.segments`, and the other variants for malformed headers.
+    pub fn decode_limited(
+        buf: &[u8],
+        max_chunk_bytes: u32,
+    ) -> Result<(ChunkHeader, usize), DecodeError> {
+        let (frame, _) = FrameHeader::decode(buf)?;
+        if frame.frame_type != FrameType::Chunk {
+            return Err(DecodeError::UnexpectedFrameType {
+                expected: "Chunk",
+                found: frame.frame_type.name(),
+            });
+        }
+        let Some(fixed) = buf.get(FRAME_HEADER_BYTES..CHUNK_HEADER_BYTES) else {
+            return Err(DecodeError::Incomplete {
+                needed: CHUNK_HEADER_BYTES,
+                have: buf.len(),
+            });
+        };
+        let header =
+            ChunkHeader::decode_fixed(frame, &mut Reader::new(fixed, "Chunk"), max_chunk_bytes)?;
+        Ok((header, CHUNK_HEADER_BYTES))
+    }
+
+    /// Reads and validates the 36-byte fixed body.
+    fn decode_fixed(
+        frame: FrameHeader,
+        r: &mut Reader<'_>,
+        max_chunk_bytes: u32,
+    ) -> Result<ChunkHeader, DecodeError> {
+        let max = u64::from(max_chunk_bytes.min(MAX_CHUNK_BYTES));
+        let flags = ChunkFlags::from_bits_retain(frame.flags);
+        let h = ChunkHeader {
+            file_id: r.u64("Chunk.file_id")?,
+            offset: r.u64("Chunk.offset")?,
+            raw_len: r.u32("Chunk.raw_len")?,
+            wire_len: r.u32("Chunk.wire_len")?,
+            checksum: r.u64("Chunk.checksum")?,
+            segments: r.u16("Chunk.segments")?,
+            flags,
+        };
+        let reserved = r.u16("Chunk.reserved")?;
+        check_limit("Chunk.wire_len", h.wire_len.into(), max)?;
+        check_limit("Chunk.raw_len", h.raw_len.into(), max)?;
+        check_limit(
+            "Chunk.segments",
+            h.segments.into(),
+            MAX_PACK_SEGMENTS.into(),
+        )?;
+        if reserved != 0 {
+            return Err(DecodeError::InvalidValue {
+                field: "Chunk.reserved",
+                value: reserved.into(),
+            });
+        }
+        if h.raw_len == 0 {
+            return Err(DecodeError::InvalidValue {
+                field: "Chunk.raw_len",
+                value: 0,
+            });
+        }
+        let bad = |field, reason| Err(DecodeError::Inconsistent { field, reason });
+        if flags.contains(ChunkFlags::COMPRESSED_LZ4 | ChunkFlags::COMPRESSED_ZSTD) {
+            return bad("Chunk.flags", "both LZ4 and zstd");
+        }
+        if h.compression() == Compression::None {
+            if h.wire_len != h.raw_len {
+                return bad(
+                    "Chunk.wire_len",
+                    "differs from raw_len on an uncompressed chunk",
+                );
+            }
+        } else if h.wire_len == 0 || h.wire_len > h.raw_len {
+            return bad(
+                "Chunk.wire_len",
+                "compressed payload empty or larger than raw_len",
+            );
+        }
+        if h.offset.checked_add(h.raw_len.into()).is_none() {
+            return bad("Chunk.offset", "offset + raw_len overflows");
+        }
+        if h.is_packed() {
+            if h.segments == 0 {
+                return bad("Chunk.segments", "zero on a packed chunk");
+            }
+            if h.offset != 0 {
+                return bad("Chunk.offset", "non-zero on a packed chunk");
+            }
+            if !h.is_last() {
+                return bad("Chunk.flags", "packed chunk without LAST");
+            }
+        } else if h.segments != 0 {
+            return bad("Chunk.segments", "non-zero on an unpacked chunk");
+        }
+        if frame.body_len as usize != CHUNK_FIXED_BODY_BYTES + h.table_len() {
+            return bad("Chunk.body_len", "does not match 36 + 12 × segments");
+        }
+        Ok(h)
+    }
+
+    fn encode_fixed(&self, out: &mut Vec<u8>) {
+        out.put_u64(self.file_id);
+        out.put_u64(self.offset);
+        out.put_u32(self.raw_len);
+        out.put_u32(self.wire_len);
+        out.put_u64(self.checksum);
+        out.put_u16(self.segments);
+        out.put_u16(0);
+    }
+}
+
+impl Codec for ChunkHeader {
+    /// Writes the 42-byte header; for a packed chunk the caller writes the table next
+    /// ([`Segment::encode_table`]), then the payload.
+    fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        FrameHeader {
+            frame_type: FrameType::Chunk,
+            flags: self.flags.bits(),
+            body_len: u32::try_from(CHUNK_FIXED_BODY_BYTES + self.table_len()).unwrap_or(u32::MAX),
+        }
+        .encode(out);
+        self.encode_fixed(out);
+        debug_assert_eq!(out.len() - start, CHUNK_HEADER_BYTES);
+    }
+
+    fn decode(buf: &[u8]) -> Result<(ChunkHeader, usize), DecodeError> {
+        ChunkHeader::decode_limited(buf, MAX_CHUNK_BYTES)
+    }
+}
+
+impl Segment {
+    /// Appends a segment table.
+    pub fn encode_table(segments: &[Segment], out: &mut Vec<u8>) {
+        for s in segments {
+            out.put_u64(s.file_id);
+            out.put_u32(s.len);
+        }
+    }
+
+    /// Decodes the segment table of `header` from the front of `buf` into `out` (cleared
+    /// first, so a caller can reuse one allocation); returns the bytes consumed.
+    ///
+    /// # Errors
+    /// [`DecodeError::Incomplete`] if `buf` is shorter than the table;
+    /// [`DecodeError::Inconsistent`] if the table does not describe exactly `raw_len` bytes
+    /// of distinct files, sorted, the first being `header.file_id`.
+    pub fn decode_table(
+        buf: &[u8],
+        header: &ChunkHeader,
+        out: &mut Vec<Segment>,
+    ) -> Result<usize, DecodeError> {
+        out.clear();
+        if !header.is_packed() {
+            return Ok(0);
+        }
+        let len = header.table_len();
+        let Some(table) = buf.get(..len) else {
+            return Err(DecodeError::Incomplete {
+                needed: len,
+                have: buf.len(),
+            });
+        };
+        let mut r = Reader::new(table, "Chunk");
+        let mut sum = 0u64;
+        out.reserve_exact(header.segments.into());
+        for _ in 0..header.segments {
+            let s = Segment {
+                file_id: r.u64("Segment.file_id")?,
+                len: r.u32("Segment.len")?,
+            };
+            if s.len == 0 {
+                return Err(DecodeError::InvalidValue {
+                    field: "Segment.len",
+                    value: 0,
+                });
+            }
+            match out.last() {
+                None if s.file_id != header.file_id => {
+                    return Err(DecodeError::Inconsistent {
+                        field: "Segment.file_id",
+                        reason: "first segment is not the chunk's file_id",
+                    })
+                }
+                Some(prev) if s.file_id <= prev.file_id => {
+                    return Err(DecodeError::Inconsistent {
+                        field: "Segment.file_id",
+                        reason: "not strictly increasing",
+                    })
+                }
+                _ => {}
+            }
+            sum += u64::from(s.len);
+            out.push(s);
+        }
+        if sum != u64::from(header.raw_len) {
+            return Err(DecodeError::Inconsistent {
+                field: "Segment.len",
+                reason: "segment lengths do not add up to raw_len",
+            });
+        }
+        Ok(len)
+    }
+}
+
+impl Chunk {
+    /// An uncompressed packed chunk of whole small files whose bytes, back to back in
+    /// `segments` order, are `raw`. `segments` must be sorted by `file_id`.
+    pub fn packed(segments: Vec<Segment>, raw: &[u8]) -> Chunk {
+        let mut header =
+            ChunkHeader::plain(segments.first().map_or(0, |s| s.file_id), 0, raw, true);
+        header.flags.set(ChunkFlags::PACKED, true);
+        header.segments = u16::try_from(segments.len()).unwrap_or(u16::MAX);
+        Chunk { header, segments }
+    }
+
+    /// Decodes header and table with chunks limited to `max_chunk_bytes`.
+    ///
+    /// # Errors
+    /// As [`ChunkHeader::decode_limited`] and [`Segment::decode_table`].
+    pub fn decode_limited(buf: &[u8], max_chunk_bytes: u32) -> Result<(Chunk, usize), DecodeError> {
+        let (header, n) = ChunkHeader::decode_limited(buf, max_chunk_bytes)?;
+        let mut segments = Vec::new();
+        let m = Segment::decode_table(&buf[n..], &header, &mut segments)?;
+        Ok((Chunk { header, segments }, n + m))
+    }
+
+    /// Decodes a complete body (for [`crate::Frame::decode_limited`]).
+    pub(crate) fn decode_body(
+        frame: FrameHeader,
+        body: &[u8],
+        max_chunk_bytes: u32,
+    ) -> Result<Chunk, DecodeError> {
+        let (fixed, table) = body.split_at(CHUNK_FIXED_BODY_BYTES.min(body.len()));
+        let header =
+            ChunkHeader::decode_fixed(frame, &mut Reader::new(fixed, "Chunk"), max_chunk_bytes)?;
+        let mut segments = Vec::new();
+        Segment::decode_table(table, &header, &mut segments)?;
+        Ok(Chunk { header, segments })
+    }
+}
+
+impl Codec for Chunk {
+    fn encode(&self, out: &mut Vec<u8>) {
+        let header = ChunkHeader {
+            segments: u16::try_from(self.segments.len()).unwrap_or(u16::MAX),
+            ..self.header
+        };
+        encode_frame(out, FrameType::Chunk, header.flags.bits(), |o| {
+            header.encode_fixed(o);
+            Segment::encode_table(&self.segments, o);
+        });
+    }
+
+    fn decode(buf: &[u8]) -> Result<(Chunk, usize), DecodeError> {
+        Chunk::decode_limited(buf, MAX_CHUNK_BYTES)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_is_42_bytes_and_payload_untouched() {
+        let raw = vec![7u8; 1000];
+        let h = ChunkHeader::plain(3, 0, &raw, true);
+        let mut wire = Vec::new();
+        h.encode(&mut wire);
+        assert_eq!(wire.len(), 42);
+        wire.extend_from_slice(&raw);
+        let (d, n) = ChunkHeader::decode(&wire).unwrap();
+        assert_eq!((d, n), (h, 42));
+        assert!(d.verify(&wire[n..n + d.wire_len as usize]));
+    }
+
+    #[test]
+    fn wire_len_over_session_limit_is_rejected() {
+        let raw = vec![0u8; 70_000];
+        let mut wire = Vec::new();
+        ChunkHeader::plain(1, 0, &raw, true).encode(&mut wire);
+        let e = ChunkHeader::decode_limited(&wire, 65_536).unwrap_err();
+        assert_eq!(
+            e,
+            DecodeError::LimitExceeded {
+                field: "Chunk.wire_len",
+                value: 70_000,
+                limit: 65_536
+            }
+        );
+        assert!(e.to_string().contains("Chunk.wire_len") && e.to_string().contains("65536"));
+    }
+
+    #[test]
+    fn packed_round_trip_and_table_checks() {
+        let segs = vec![
+            Segment { file_id: 5, len: 3 },
+            Segment { file_id: 9, len: 2 },
+        ];
+        let c = Chunk::packed(segs, b"abcde");
+        let mut wire = Vec::new();
+        c.encode(&mut wire);
+        assert_eq!(wire.len(), 42 + 24);
+        assert_eq!(Chunk::decode(&wire).unwrap(), (c.clone(), wire.len()));
+        // Lengths not adding up.
+        let mut bad = c.clone();
+        bad.segments[1].len = 3;
+        let mut w = Vec::new();
+        bad.encode(&mut w);
+        assert!(matches!(
+            Chunk::decode(&w),
+            Err(DecodeError::Inconsistent {
+                field: "Segment.len",
+                ..
+            })
+        ));
+        // Unsorted.
+        let mut bad = c;
+        bad.segments[1].file_id = 1;
+        let mut w = Vec::new();
+        bad.encode(&mut w);
+        assert!(matches!(
+            Chunk::decode(&w),
+            Err(DecodeError::Inconsistent {
+                field: "Segment.file_id",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn geometry_checks() {
+        let cb = 1 << 16;
+        let size = 3 * u64::from(cb) + 10;
+        let full = vec![0u8; cb as usize];
+        let h = ChunkHeader::plain(1, u64::from(cb), &full, false);
+        h.validate_geometry(cb, size).unwrap();
+        let tail = ChunkHeader::plain(1, 3 * u64::from(cb), &[0; 10], true);
+        tail.validate_geometry(cb, size).unwrap();
+        assert!(ChunkHeader::plain(1, 3 * u64::from(cb), &[0; 10], false)
+            .validate_geometry(cb, size)
+            .is_err());
+        assert!(ChunkHeader::plain(1, 5, &[0; 10], false)
+            .validate_geometry(cb, size)
+            .is_err());
+        assert!(ChunkHeader::plain(1, 4 * u64::from(cb), &[0; 10], true)
+            .validate_geometry(cb, size)
+            .is_err());
+    }
+
+    #[test]
+    fn compressed_rules() {
+        let raw = vec![1u8; 100];
+        let h = ChunkHeader::plain(1, 0, &raw, true).compressed(Compression::Zstd, 10);
+        let mut w = Vec::new();
+        h.encode(&mut w);
+        assert_eq!(
+            ChunkHeader::decode(&w).unwrap().0.compression(),
+            Compression::Zstd
+        );
+        let h = ChunkHeader::plain(1, 0, &raw, true).compressed(Compression::Lz4, 101);
+        let mut w = Vec::new();
+        h.encode(&mut w);
+        assert!(matches!(
+            ChunkHeader::decode(&w),
+            Err(DecodeError::Inconsistent {
+                field: "Chunk.wire_len",
+                ..
+            })
+        ));
+    }
+}
