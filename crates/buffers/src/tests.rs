@@ -149,6 +149,19 @@ fn a_bound_pool_has_every_page_on_its_node() {
 }
 
 #[test]
+fn a_pool_on_each_node_is_on_that_node() {
+    for node in sluice_affinity::allowed_nodes().expect("hwloc") {
+        let pool = pool(Some(node), 32);
+        let report = pool.verify_node().expect("move_pages");
+        assert_eq!(
+            report.by_node.keys().copied().collect::<Vec<_>>(),
+            vec![node as i32]
+        );
+        drop(pool.acquire()); // both pair assertions run against `node`
+    }
+}
+
+#[test]
 fn bad_sizes_are_named() {
     let err = BufferPool::new(None, 1 << 20, 1000).expect_err("1000");
     assert!(
