@@ -120,6 +120,14 @@ done
 [[ -n ${SHAPE_NODES[$SHAPE]+x} ]] || usage_error "unknown shape '$SHAPE' (known: ${!SHAPE_NODES[*]})"
 [[ $TIMEOUT =~ ^[1-9][0-9]*$ ]] || usage_error "--timeout must be a positive number of seconds"
 [[ $DISK_MIB =~ ^[1-9][0-9]*$ ]] || usage_error "--disk-mib must be a positive number"
+for b in "${BINS[@]}"; do
+  [[ -f ${b%%:*} ]] || usage_error "--bin ${b%%:*}: no such file"
+  [[ $b != *:* || ${b#*:} == /* ]] || usage_error "--bin $b: the guest path must be absolute"
+done
+for f in "${FILES[@]}"; do
+  [[ $f == *:/* ]] || usage_error "--file $f: expected SRC:/absolute/guest/path"
+  [[ -f ${f%%:*} ]] || usage_error "--file ${f%%:*}: no such file"
+done
 for e in "${ENVS[@]}"; do
   [[ $e =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || usage_error "--env '$e' is not NAME=VALUE"
 done
