@@ -15,7 +15,7 @@
 //! | `smts` | one per socket, buffers on the socket's NIC node | each on a core of its channel's socket; I/O balanced over sockets; net threads on the NIC's node (seed 000's SMTS) |
 //! | `nmts` | one per NUMA node | balanced over nodes, round-robin per role; net threads on NIC nodes, control next to them (seed 000's NMTS) |
 //! | `mts`  | one per NUMA node, grouped by socket | net threads on each NIC's node, I/O and compression balanced over the sockets and their nodes (seed 000's MTS) |
-//! | `auto` | one of the above | one usable node: `os`; the threads fit on the NIC node's cores: `bind`; otherwise `mts` |
+//! | `auto` | one of the above | one usable node: `os`; all selected NICs on one node and the threads fit on its cores: `bind`; otherwise `mts` |
 //!
 //! Every bound thread gets one whole core while free cores remain where it may go
 //! (net threads first, on their NIC's node; I/O threads starting at their storage

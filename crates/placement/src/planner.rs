@@ -79,7 +79,22 @@ fn auto(ctx: &Context<'_>) -> Plan {
         );
         return build(ctx, Policy::Os, Policy::Auto, vec![why]).0;
     }
+    let nic_nodes: BTreeSet<u32> = ctx
+        .nics
+        .iter()
+        .filter_map(|n| n.node)
+        .map(|n| ctx.nodes[n].os_index)
+        .collect();
     let why = match ctx.first_nic_node() {
+        Some(_) if nic_nodes.len() > 1 => {
+            let list: Vec<u32> = nic_nodes.into_iter().collect();
+            format!(
+                "auto chose mts: the selected NICs sit on nodes {}, and binding everything to one \
+                 of them would send the others' traffic across the interconnect; MTS gives each \
+                 NIC node its own channel (seed 000).",
+                format_cpulist(&list)
+            )
+        }
         Some((x, nic)) => {
             let (bind_plan, stats) = build(ctx, Policy::Bind, Policy::Auto, Vec::new());
             let node = &ctx.nodes[x];

@@ -267,6 +267,17 @@ fn auto_picks_os_on_one_node_bind_when_it_fits_and_mts_otherwise() {
     assert_eq!(p.policy, Policy::Mts);
     assert!(p.explain[0].starts_with("auto chose mts: the 7 threads do not fit"));
 
+    let mut two_nics = two_by_two();
+    two_nics.nics.push(nic("eth2", Some(2)));
+    let p = plan(&two_nics, &small, Policy::Auto).expect("plan");
+    assert_eq!(p.policy, Policy::Mts);
+    assert!(p.explain[0].starts_with("auto chose mts: the selected NICs sit on nodes 1-2"));
+    let mut only_eth2 = small.clone();
+    only_eth2.nics = vec!["eth2".into()];
+    let p = plan(&two_nics, &only_eth2, Policy::Auto).expect("plan");
+    assert_eq!(p.policy, Policy::Bind);
+    assert_eq!(p.channels[0].numa_node, Some(2));
+
     let mut no_nic = two_by_two();
     no_nic.nics.clear();
     let p = plan(&no_nic, &small, Policy::Auto).expect("plan");
