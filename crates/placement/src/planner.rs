@@ -177,6 +177,9 @@ struct Context<'a> {
     job: &'a Job,
     /// Usable nodes in machine (OS index) order.
     nodes: Vec<UNode>,
+    /// Distances between usable nodes, by index into `nodes` (looked up once: the
+    /// machine's own lookup is linear in the node count).
+    distances: Vec<Vec<u32>>,
     sockets: Vec<Socket>,
     /// Selected NICs, in selection order.
     nics: Vec<SelNic>,
@@ -408,10 +411,20 @@ impl<'a> Context<'a> {
             });
         }
 
+        let distances = nodes
+            .iter()
+            .map(|a| {
+                nodes
+                    .iter()
+                    .map(|b| machine.distance(a.os_index, b.os_index))
+                    .collect()
+            })
+            .collect();
         let mut ctx = Context {
             machine,
             job,
             nodes,
+            distances,
             sockets,
             nics: Vec::new(),
             storage: Vec::new(),
@@ -513,8 +526,7 @@ impl<'a> Context<'a> {
 
     /// Distance between two usable nodes.
     fn dist(&self, a: usize, b: usize) -> u32 {
-        self.machine
-            .distance(self.nodes[a].os_index, self.nodes[b].os_index)
+        self.distances[a][b]
     }
 
     /// The node (and NIC) `bind` keeps everything on: the first selected NIC with a
@@ -855,6 +867,14 @@ impl<'c, 'a> Builder<'c, 'a> {
     /// Places a bound thread that prefers node `p`: a free core on `p`, else on the
     /// nearest acceptable node, else the least-loaded core of its channel.
     fn place(&mut self, role: Role, p: usize, scope: Scope, nic: Option<usize>) {
+        if let Some(k) = self.free_core(p) {
+            let ch = match scope {
+                Scope::Spill => self.channel_of_node(p),
+                Scope::Channel(c) => c,
+            };
+            self.take(role, p, k, ch, nic);
+            return;
+        }
         let order = match scope {
             Scope::Spill => self.spill_order(p),
             Scope::Channel(c) => self.chan_order(c, p),

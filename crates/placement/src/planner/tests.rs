@@ -801,3 +801,23 @@ fn a_job_without_threads_still_gets_one_control_thread_and_the_whole_cap() {
         assert_eq!(p.buffer_bytes(), GIB);
     }
 }
+
+#[test]
+fn the_largest_job_on_a_large_machine_plans_quickly() {
+    // 8 sockets x 8 nodes x 32 cores x 2 PUs, THREADS_MAX threads: a limit check as much
+    // as a test (planning is a start-up cost, it must stay far below a second).
+    let mut m = Machine::uniform(8, 8, 32, 2, GIB);
+    m.nics.push(nic("eth0", Some(5)));
+    m.block_devices.push(disk("nvme0n1", Some(40)));
+    let per_role = u32::try_from(THREADS_MAX).expect("fits") / 7;
+    let mut j = job(&Role::ALL.map(|r| (r, per_role)));
+    j.storage = vec!["nvme0n1".into()];
+    j.chunk_bytes = 4096;
+    let started = std::time::Instant::now();
+    for policy in Policy::ALL {
+        let p = plan(&m, &j, policy).expect("plan");
+        assert_eq!(p.buffer_bytes(), GIB);
+    }
+    let elapsed = started.elapsed();
+    assert!(elapsed.as_secs() < 20, "planning took {elapsed:?}");
+}
