@@ -1,0 +1,28 @@
+//! Everything that touches the file system: the confined root, the streaming scanner,
+//! the sink's temporary files and the storage layout used for scheduling.
+//!
+//! * [`Root`] confines every path to one directory (cap-std, `openat2(RESOLVE_BENEATH)`).
+//! * [`Scanner`] walks a tree lazily, in a deterministic order, in bounded memory.
+//! * [`SinkFile`], [`write_small_file`], [`make_symlink`], [`make_dir`]: the sink writes
+//!   under temporary names and renames into place; partials are resumable.
+//! * [`layout`]: which storage target holds each byte, and a scheduler that spreads I/O
+//!   over targets (LADS).
+//! * [`spec`]: the rsync-like rules mapping `cp SRC... DST` onto roots and prefixes.
+//!
+//! Every error is an [`FsError`] (or a [`ScanError`] for one scanned entry) naming the
+//! path, the root and the cause, with [`FsError::recovery`] saying whether to retry,
+//! resume or abort.
+
+mod error;
+mod partial_log;
+mod root;
+mod scan;
+mod sink;
+
+pub use error::{FsError, Op};
+pub use root::{EntryKind, EntryMeta, Root};
+pub use scan::{ScanError, Scanner, KEEP_OPEN_DIRS};
+pub use sink::{
+    finish_dir, is_partial_name, make_dir, make_symlink, same_size_and_mtime, set_dir_times,
+    temp_name, write_small_file, Clobber, Incoming, ResumeMode, SinkFile, LOG_SUFFIX, PART_SUFFIX,
+};
