@@ -5,12 +5,12 @@
 //! `sluice-affinity`, `sluice-buffers`).
 
 mod exit;
+mod output;
 mod plan_cmd;
 mod svg;
 mod topo_cmd;
 
 use clap::{Parser, Subcommand};
-use exit::ExitCode;
 
 /// A NUMA-aware bulk data mover for data-transfer nodes.
 #[derive(Debug, Parser)]
@@ -43,7 +43,9 @@ fn main() -> std::process::ExitCode {
         Ok(code) => code.into(),
         Err(err) => {
             let code = exit::code_of(&err);
-            eprintln!("sluice: error: {err:#}");
+            // One line whatever the chain holds: scripts read the first line of stderr.
+            let message = format!("{err:#}").replace('\n', " ");
+            output::stderr_line(&format!("sluice: error: {message}"));
             code.into()
         }
     }
@@ -62,6 +64,7 @@ fn init_logging(filter: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::ExitCode;
     use clap::CommandFactory;
 
     #[test]

@@ -1,12 +1,12 @@
 //! `sluice plan`: where every thread and buffer of a transfer lives, and proof of it.
 
 use crate::exit::{bad_input, ExitCode};
-use crate::svg;
-use crate::topo_cmd::load_machine;
+use crate::{output, svg};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use sluice_placement::{describe, plan, Job, ManualPlacement, Plan, Policy, Role};
-use sluice_topology::{cpulist, Machine};
+use sluice_placement::{describe, plan, Job, ManualPlacement, Plan, PlanError, Policy, Role};
+use sluice_topology::{cpulist, discover, Machine, TopologySource};
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 /// Default chunk (slot) size. 4 MiB: large enough that per-chunk costs (a frame header,
@@ -96,11 +96,31 @@ pub struct PlanArgs {
     pub verify: bool,
 }
 
+/// Why a job has no threads of `role`: the side excludes it, or its count is zero.
+fn why_no_threads(role: Role, side: Side) -> &'static str {
+    let sends = matches!(side, Side::Send | Side::Both);
+    let recvs = matches!(side, Side::Recv | Side::Both);
+    match role {
+        Role::NetSend | Role::IoRead | Role::Compress if !sends => "--side recv runs none",
+        Role::NetRecv | Role::IoWrite | Role::Decompress if !recvs => "--side send runs none",
+        Role::NetSend | Role::NetRecv => "--streams is 0",
+        Role::IoRead | Role::IoWrite => "--io-threads is 0",
+        Role::Compress => "--compress-threads is 0",
+        Role::Decompress => "--decompress-threads is 0",
+        Role::Control => "no control thread",
+    }
+}
+
 /// Parses a byte size such as `4MiB`, `1G` or `65536`; errors name the flag.
 pub fn parse_bytes(flag: &str, value: &str) -> Result<u64> {
-    parse_size::Config::new().with_binary().parse_size(value).map_err(|e| {
-        bad_input(format!("{flag} {value:?} is not a size: {e} (expected e.g. 4MiB, 1GiB, 65536)"))
-    })
+    parse_size::Config::new()
+        .with_binary()
+        .parse_size(value)
+        .map_err(|e| {
+            bad_input(format!(
+                "{flag} {value:?} is not a size: {e} (expected e.g. 4MiB, 1GiB, 65536)"
+            ))
+        })
 }
 
 impl JobArgs {
@@ -127,15 +147,23 @@ impl JobArgs {
             None => Vec::new(),
             Some(list) => cpulist::parse(list).map_err(|e| {
                 bad_input(format!(
-                    "--reserve-cores {list:?} is not a CPU list: {e} (expected e.g. 0,2-3)"
+                    "--reserve-cores {list:?} is not a CPU list such as 0,2-3: {e}"
                 ))
             })?,
         };
-        let placements = self
-            .place
-            .iter()
-            .map(|p| p.parse::<ManualPlacement>().map_err(bad_input))
-            .collect::<Result<Vec<_>>>()?;
+        let mut placements = Vec::with_capacity(self.place.len());
+        for spec in &self.place {
+            let placement: ManualPlacement = spec.parse().map_err(bad_input)?;
+            // A placement for a role the job does not run would be silently ignored.
+            if !threads.iter().any(|(role, _)| *role == placement.role) {
+                return Err(bad_input(format!(
+                    "--place {spec:?}: the plan has no {} threads ({}): expected a role it runs",
+                    placement.role,
+                    why_no_threads(placement.role, side)
+                )));
+            }
+            placements.push(placement);
+        }
         Ok(Job {
             threads,
             nics: self.nics.clone(),
@@ -150,19 +178,61 @@ impl JobArgs {
     /// Plans the job on a machine; planner errors are bad input (exit 2).
     pub fn plan(&self, machine: &Machine, side: Side) -> Result<Plan> {
         let job = self.job(side)?;
-        plan(machine, &job, self.policy()?).map_err(bad_input)
+        plan(machine, &job, self.policy()?).map_err(|e| bad_input(self.plan_error(e)))
+    }
+
+    /// The planner's message, restated with the values as the user typed them where
+    /// the planner only knows them as numbers (`--buffer-mem 16MiB`, not `16777216`).
+    fn plan_error(&self, err: PlanError) -> String {
+        match err {
+            PlanError::BufferTooSmall {
+                threads, needed, ..
+            } => format!(
+                "--buffer-mem {:?} is too small for --chunk-size {:?}: {threads} threads need \
+                 one slot each, expected at least {needed} bytes ({} MiB) or a smaller chunk",
+                self.buffer_mem,
+                self.chunk_size,
+                needed.div_ceil(1 << 20)
+            ),
+            PlanError::BadChunkSize { chunk_bytes } => {
+                let bytes = if self.chunk_size.trim() == chunk_bytes.to_string() {
+                    String::new()
+                } else {
+                    format!(" ({chunk_bytes} bytes)")
+                };
+                format!(
+                    "--chunk-size {:?}{bytes} is invalid: expected a positive multiple of \
+                     4096 bytes, e.g. 4MiB",
+                    self.chunk_size
+                )
+            }
+            PlanError::BadPlacementNode {
+                role,
+                node,
+                problem,
+            } => {
+                let spec = self
+                    .place
+                    .iter()
+                    .find(|p| p.parse::<ManualPlacement>().is_ok_and(|m| m.role == role))
+                    .map_or_else(|| role.to_string(), |p| format!("{p:?}"));
+                format!("--place {spec}: node {node} {problem}")
+            }
+            other => other.to_string(),
+        }
     }
 }
 
 /// Runs `sluice plan`.
 pub fn run(args: &PlanArgs) -> Result<ExitCode> {
-    if args.apply && args.topology != "this" {
+    let source: TopologySource = args.topology.parse().map_err(bad_input)?;
+    if args.apply && source != TopologySource::This {
         return Err(bad_input(format!(
             "--apply needs a plan for this machine, but --topology is {:?}: drop --topology to apply",
             args.topology
         )));
     }
-    let machine = load_machine(&args.topology)?;
+    let machine = discover(&source).map_err(bad_input)?;
     let plan = args.job.plan(&machine, args.side)?;
     if let Some(path) = &args.svg {
         std::fs::write(path, svg::render(&machine, Some(&plan)))
@@ -173,30 +243,39 @@ pub fn run(args: &PlanArgs) -> Result<ExitCode> {
     } else {
         None
     };
+    let mut text = String::new();
     if args.json {
         let mut value = serde_json::to_value(&plan)?;
         if let (Some(report), Some(obj)) = (&report, value.as_object_mut()) {
-            obj.insert("verification".into(), serde_json::to_value(report)?);
+            let mut verification = serde_json::to_value(report)?;
+            if let Some(v) = verification.as_object_mut() {
+                // The verdict, so that scripts need not recompute it from the rows.
+                v.insert("ok".into(), report.ok().into());
+            }
+            obj.insert("verification".into(), verification);
         }
-        println!("{}", serde_json::to_string_pretty(&value)?);
+        text = serde_json::to_string_pretty(&value)? + "\n";
     } else {
-        print!("{}", describe(&plan));
+        text.push_str(&describe(&plan));
         for note in &plan.notes {
-            println!("note: {note}");
+            let _ = writeln!(text, "note: {note}");
         }
         if args.explain {
-            println!("why:");
+            text.push_str("why:\n");
             for line in &plan.explain {
-                println!("  {line}");
+                let _ = writeln!(text, "  {line}");
             }
         }
         if let Some(report) = &report {
-            print!("{report}");
+            let _ = write!(text, "{report}");
         }
     }
+    output::stdout(&text)?;
     match report {
         Some(r) if args.verify && !r.ok() => {
-            eprintln!("sluice: verification failed: threads or buffer pages are not where planned");
+            output::stderr_line(
+                "sluice: verification failed: threads or buffer pages are not where planned",
+            );
             Ok(ExitCode::Failed)
         }
         _ => Ok(ExitCode::Ok),

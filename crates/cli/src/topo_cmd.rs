@@ -1,7 +1,7 @@
 //! `sluice topo`: the machine in the spirit of `numactl -H` + `lstopo`.
 
 use crate::exit::{bad_input, ExitCode};
-use crate::svg;
+use crate::{output, svg};
 use anyhow::{Context, Result};
 use clap::Args;
 use sluice_topology::{cpulist, discover, Machine, TopologySource};
@@ -36,11 +36,12 @@ pub fn run(args: &TopoArgs) -> Result<ExitCode> {
         std::fs::write(path, svg::render(&machine, None))
             .with_context(|| format!("cannot write SVG to {}", path.display()))?;
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&machine)?);
+    let text = if args.json {
+        serde_json::to_string_pretty(&machine)? + "\n"
     } else {
-        print!("{}", human(&machine));
-    }
+        human(&machine)
+    };
+    output::stdout(&text)?;
     Ok(ExitCode::Ok)
 }
 
@@ -64,25 +65,39 @@ pub fn human(m: &Machine) -> String {
         cpulist::format(&m.allowed_cpus)
     );
     for node in &m.nodes {
-        let pkg = node.package.map_or_else(|| "-".to_string(), |p| p.to_string());
+        let pkg = node
+            .package
+            .map_or_else(|| "-".to_string(), |p| p.to_string());
         let _ = writeln!(
             out,
             "node {} (package {}): cpus {}  cores {}  memory {}",
             node.os_index,
             pkg,
-            if node.cpus.is_empty() { "none".to_string() } else { cpulist::format(&node.cpus) },
+            if node.cpus.is_empty() {
+                "none".to_string()
+            } else {
+                cpulist::format(&node.cpus)
+            },
             node.cores.len(),
             gib(node.memory_bytes)
         );
         for nic in m.nics.iter().filter(|n| n.numa_node == Some(node.os_index)) {
             let _ = writeln!(out, "  nic  {}", nic_line(nic));
         }
-        for disk in m.block_devices.iter().filter(|d| d.numa_node == Some(node.os_index)) {
+        for disk in m
+            .block_devices
+            .iter()
+            .filter(|d| d.numa_node == Some(node.os_index))
+        {
             let _ = writeln!(out, "  disk {}", disk_line(disk));
         }
     }
     let unlocated_nics: Vec<_> = m.nics.iter().filter(|n| n.numa_node.is_none()).collect();
-    let unlocated_disks: Vec<_> = m.block_devices.iter().filter(|d| d.numa_node.is_none()).collect();
+    let unlocated_disks: Vec<_> = m
+        .block_devices
+        .iter()
+        .filter(|d| d.numa_node.is_none())
+        .collect();
     if !unlocated_nics.is_empty() || !unlocated_disks.is_empty() {
         let _ = writeln!(out, "devices without NUMA locality:");
         for nic in unlocated_nics {
@@ -130,7 +145,11 @@ fn disk_line(disk: &sluice_topology::BlockDevice) -> String {
         let _ = write!(s, "  {}", gib(size));
     }
     if let Some(rot) = disk.rotational {
-        s.push_str(if rot { "  rotational" } else { "  non-rotational" });
+        s.push_str(if rot {
+            "  rotational"
+        } else {
+            "  non-rotational"
+        });
     }
     s
 }
