@@ -79,7 +79,8 @@ impl FrameDecoder {
         if self.failed {
             return 0;
         }
-        if self.start > 0 && self.buf.len() + data.len() > self.buf.capacity() {
+        // Reclaim consumed bytes before growing, and whenever the cap is in the way.
+        if self.start > 0 && self.buf.len() + data.len() > self.buf.capacity().min(Self::CAPACITY) {
             self.buf.drain(..self.start);
             self.start = 0;
         }
@@ -274,6 +275,35 @@ mod tests {
         let big = vec![0x30u8; FrameDecoder::CAPACITY + 100];
         assert_eq!(dec.feed(&big), FrameDecoder::CAPACITY);
         assert_eq!(dec.buffered(), FrameDecoder::CAPACITY);
+    }
+
+    #[test]
+    fn consumed_bytes_are_reclaimed_at_the_cap() {
+        let mut one = Vec::new();
+        Close {
+            reason: CloseReason::Done,
+        }
+        .encode(&mut one);
+        let stream: Vec<u8> = one
+            .iter()
+            .copied()
+            .cycle()
+            .take(3 * FrameDecoder::CAPACITY)
+            .collect();
+        let mut dec = FrameDecoder::new();
+        let (mut fed, mut frames) = (0, 0);
+        while fed < stream.len() {
+            let n = dec.feed(&stream[fed..]);
+            assert!(n > 0, "stalled at {fed} with {} buffered", dec.buffered());
+            fed += n;
+            // Leave a partial frame behind each time, so `start` is never 0 at the cap.
+            for f in dec.by_ref() {
+                f.unwrap();
+                frames += 1;
+            }
+        }
+        assert_eq!(frames, stream.len() / one.len());
+        assert!(dec.buffered() < one.len());
     }
 
     #[test]

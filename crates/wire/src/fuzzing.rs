@@ -1,7 +1,9 @@
 //! Entry points for fuzzers and property tests: each runs decoders over arbitrary bytes.
 //!
-//! None of them may panic, and none may allocate more than the limits allow, whatever the
-//! input. The cargo-fuzz targets in `fuzz/` call them, and so does the proptest in
+//! No decoder they call may panic, and none may allocate more than the limits allow,
+//! whatever the input. They also `assert!` properties of what does decode (canonical
+//! re-encoding, limits respected, state machines emitting decodable frames): a panic here
+//! is a finding. The cargo-fuzz targets in `fuzz/` call them, and so does the proptest in
 //! `tests/fuzz_decode.rs`.
 
 use crate::chunk::{Chunk, ChunkHeader, Segment};
