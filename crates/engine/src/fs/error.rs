@@ -253,6 +253,8 @@ pub(crate) fn kind_name(ft: &cap_std::fs::FileType) -> &'static str {
 }
 
 #[cfg(test)]
+// Test data and counters are small; truncation cannot happen.
+#[allow(clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 

@@ -14,15 +14,21 @@
 //! resume or abort.
 
 mod error;
+pub mod layout;
 mod partial_log;
 mod root;
 mod scan;
 mod sink;
+pub mod spec;
 
 pub use error::{FsError, Op};
+pub use layout::{
+    BlockDeviceLayout, Layout, LayoutScheduler, LustreLayout, SimulatedStripes, TargetId, WorkItem,
+};
 pub use root::{EntryKind, EntryMeta, Root};
 pub use scan::{ScanError, Scanner, KEEP_OPEN_DIRS};
 pub use sink::{
     finish_dir, is_partial_name, make_dir, make_symlink, same_size_and_mtime, set_dir_times,
     temp_name, write_small_file, Clobber, Incoming, ResumeMode, SinkFile, LOG_SUFFIX, PART_SUFFIX,
 };
+pub use spec::{map_copy, CopyArgs, Mapping, SpecError};

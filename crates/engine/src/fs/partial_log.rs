@@ -96,6 +96,8 @@ pub(crate) fn last_per_index(mut records: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 }
 
 #[cfg(test)]
+// Test data and counters are small; truncation cannot happen.
+#[allow(clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 

@@ -313,6 +313,8 @@ impl Root {
 }
 
 #[cfg(test)]
+// Test data and counters are small; truncation cannot happen.
+#[allow(clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use std::os::unix::fs::{symlink, FileExt};

@@ -544,6 +544,8 @@ impl Iterator for Scanner {
 }
 
 #[cfg(test)]
+// Test data and counters are small; truncation cannot happen.
+#[allow(clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use std::os::unix::ffi::OsStrExt;

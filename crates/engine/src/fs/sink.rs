@@ -219,6 +219,9 @@ fn open_opts(read: bool, write: bool) -> OpenOptions {
     o
 }
 
+/// An existing partial, its log, and the chunks that verified.
+type Resumed = (File, File, Vec<(u64, u64)>);
+
 impl SinkFile {
     /// Prepares `rel` to receive `incoming`: creates missing parent directories, then
     /// either resumes the existing partial (with [`ResumeMode::Resume`], if its log was
@@ -295,7 +298,7 @@ impl SinkFile {
         tmp: &str,
         log_name: &str,
         header: &Header,
-    ) -> Result<Option<(File, File, Vec<(u64, u64)>)>, FsError> {
+    ) -> Result<Option<Resumed>, FsError> {
         let err = |op| io_err(root, rel, op);
         let file = match dir.open_with(tmp, &open_opts(true, true)) {
             Ok(f) => f.into_std(),
@@ -613,6 +616,8 @@ pub fn same_size_and_mtime(root: &Root, rel: &RelPath, size: u64, mtime_ns: i64)
 }
 
 #[cfg(test)]
+// Test data and counters are small; truncation cannot happen.
+#[allow(clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 
