@@ -151,6 +151,44 @@ struct Pending {
     from_parent: bool,
 }
 
+/// Maps a path the scanner emitted back to the path under the root it was read from,
+/// so that the source can open the file a manifest entry names.
+///
+/// `prefix` = `None` means `start` is a directory whose *contents* were sent (what
+/// [`map_copy`](super::map_copy) produces; a single file is always sent with a prefix).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceMap {
+    start: Option<RelPath>,
+    prefix: Option<RelPath>,
+}
+
+impl SourceMap {
+    /// The map of a [`Scanner`] built with the same `start` and `prefix`.
+    pub fn new(start: Option<RelPath>, prefix: Option<RelPath>) -> SourceMap {
+        SourceMap { start, prefix }
+    }
+
+    /// The path under the root that `emitted` was read from; `None` if `emitted` is not
+    /// under the prefix, or names the root itself (never a file).
+    pub fn to_source(&self, emitted: &RelPath) -> Option<RelPath> {
+        let rest = match &self.prefix {
+            None => Some(emitted.as_str()),
+            Some(p) if emitted == p => None,
+            Some(p) => Some(
+                emitted
+                    .as_str()
+                    .strip_prefix(p.as_str())?
+                    .strip_prefix('/')?,
+            ),
+        };
+        match (&self.start, rest) {
+            (start, None) => start.clone(),
+            (None, Some(rest)) => RelPath::parse(rest).ok(),
+            (Some(s), Some(rest)) => s.join(rest).ok(),
+        }
+    }
+}
+
 /// Lazily walks a tree; an [`Iterator`] of entries, or drive it into a channel with
 /// [`Scanner::scan`].
 ///
@@ -211,6 +249,11 @@ impl Scanner {
             stack: Vec::new(),
             pending: None,
         })
+    }
+
+    /// The map from emitted paths back to paths under the root.
+    pub fn source_map(&self) -> SourceMap {
+        SourceMap::new(self.start.clone(), self.prefix.clone())
     }
 
     /// The id the next emitted entry will get (after the scan: one past the last).
@@ -647,6 +690,33 @@ mod tests {
             .unwrap()
             .collect();
         assert_eq!(items[0].as_ref().unwrap().kind, FileKind::Symlink);
+    }
+
+    #[test]
+    fn source_map_inverts_the_naming() {
+        let (_t, root) = tree();
+        for (start, prefix) in [
+            (None, None),
+            (Some(rel("b")), Some(rel("x/b"))),
+            (Some(rel("b")), None),
+            (None, Some(rel("all"))),
+            (Some(rel("a/z")), Some(rel("renamed"))),
+        ] {
+            let s = Scanner::new(&root, start.clone(), prefix.clone(), 0, true).unwrap();
+            let map = s.source_map();
+            for e in s.map(Result::unwrap) {
+                if e.kind != FileKind::File {
+                    continue;
+                }
+                let src = map.to_source(&e.path).unwrap();
+                let a = std::fs::read(root.path().join(src.as_str())).unwrap();
+                assert_eq!(a.len() as u64, e.size, "{start:?} {prefix:?} {}", e.path);
+            }
+        }
+        let map = SourceMap::new(Some(rel("b")), Some(rel("x/b")));
+        assert_eq!(map.to_source(&rel("x/bb")), None);
+        assert_eq!(map.to_source(&rel("y")), None);
+        assert_eq!(map.to_source(&rel("x/b")), Some(rel("b")));
     }
 
     #[test]
