@@ -2,8 +2,10 @@
 //!
 //! This binary is thin: argument parsing, output formatting and exit codes. The
 //! decisions live in the library crates (`sluice-topology`, `sluice-placement`,
-//! `sluice-affinity`, `sluice-buffers`).
+//! `sluice-affinity`, `sluice-buffers`, `sluice-engine`).
 
+mod cp_cmd;
+mod demo_cmd;
 mod exit;
 mod output;
 mod plan_cmd;
@@ -30,6 +32,13 @@ enum Command {
     Topo(topo_cmd::TopoArgs),
     /// Plan where every thread and buffer of a transfer lives; optionally apply and verify.
     Plan(plan_cmd::PlanArgs),
+    /// Serve a directory to sluice clients (the daemon).
+    Serve(cp_cmd::ServeArgs),
+    /// Copy files, trees and lots of small files to or from a daemon.
+    Cp(cp_cmd::CpArgs),
+    /// The main job on an embedded default: a loopback daemon, a generated data set, a
+    /// verified transfer and its summary.
+    Demo(demo_cmd::DemoArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -38,6 +47,9 @@ fn main() -> std::process::ExitCode {
     let result = match &cli.command {
         Command::Topo(args) => topo_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(args),
+        Command::Serve(args) => cp_cmd::serve_run(args),
+        Command::Cp(args) => cp_cmd::cp_run(args),
+        Command::Demo(args) => demo_cmd::run(args),
     };
     match result {
         Ok(code) => code.into(),

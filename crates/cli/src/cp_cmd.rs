@@ -1,0 +1,317 @@
+//! `sluice cp` and `sluice serve`: the transfer commands.
+
+use crate::exit::{bad_input, ExitCode};
+use crate::plan_cmd::{parse_bytes, JobArgs, Side};
+use crate::topo_cmd::load_machine;
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use sluice_engine::client::{copy, CopyConfig, Endpoint, UsageError};
+use sluice_engine::daemon::{serve, ServeConfig};
+use sluice_engine::stats::Stats;
+use sluice_engine::{Pipeline, Runtime, SessionOptions};
+use sluice_placement::Plan;
+use sluice_wire::Token;
+use std::io::IsTerminal;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The data path between I/O and network threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PipelineArg {
+    /// Inline unless readers far outnumber connections.
+    Auto,
+    /// The reading thread sends; the receiving thread writes (Tyche's inline path).
+    Inline,
+    /// Bounded per-channel queues between I/O and network threads.
+    Queued,
+}
+
+impl From<PipelineArg> for Pipeline {
+    fn from(p: PipelineArg) -> Pipeline {
+        match p {
+            PipelineArg::Auto => Pipeline::Auto,
+            PipelineArg::Inline => Pipeline::Inline,
+            PipelineArg::Queued => Pipeline::Queued,
+        }
+    }
+}
+
+/// Arguments of `sluice cp`.
+#[derive(Debug, Args)]
+pub struct CpArgs {
+    /// Sources then destination: local paths or `sluice://HOST[:PORT]/PATH`. A trailing
+    /// '/' on a source directory copies its contents; a destination that is an existing
+    /// directory (or ends with '/') receives the sources under their own names.
+    #[arg(value_name = "SRC... DST", num_args = 2.., required = true)]
+    pub paths: Vec<String>,
+    /// Copy directories recursively.
+    #[arg(short, long)]
+    pub recursive: bool,
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Data path: auto, inline or queued.
+    #[arg(long, value_enum, default_value_t = PipelineArg::Auto)]
+    pub pipeline: PipelineArg,
+    /// Never replace an existing destination file.
+    #[arg(long)]
+    pub no_clobber: bool,
+    /// Skip files whose destination has the same size and modification time.
+    #[arg(long)]
+    pub update: bool,
+    /// Re-read every written file and compare its digest before it is renamed into place.
+    #[arg(long)]
+    pub verify: bool,
+    /// Continue from what the destination already holds, chunk by chunk.
+    #[arg(long)]
+    pub resume: bool,
+    /// Make every file durable (fsync) before renaming it into place.
+    #[arg(long)]
+    pub fsync: bool,
+    /// Print one JSON summary object instead of the human summary.
+    #[arg(long)]
+    pub json: bool,
+    /// File holding the shared secret of the daemon.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// Arguments of `sluice serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The served directory: every path a client names stays inside it.
+    #[arg(long, value_name = "DIR")]
+    pub root: PathBuf,
+    /// Address to listen on (loopback by default; port 0 picks a free one).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
+    pub listen: SocketAddr,
+    /// Topology to plan for (this machine by default; others are shown, not applied).
+    #[arg(long, value_name = "SRC", default_value = "this")]
+    pub topology: String,
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// File holding the shared secret clients must prove they know.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Allow a non-loopback address without a token (anyone who can connect can write).
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// Connections (control + data) served at once.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub max_connections: usize,
+    /// Print the listening address and plan as one JSON line when ready.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn read_token(path: &PathBuf) -> Result<Token> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        bad_input(format!(
+            "--token-file {}: cannot read it: {e}",
+            path.display()
+        ))
+    })?;
+    let trimmed = bytes.strip_suffix(b"\n").unwrap_or(&bytes).to_vec();
+    Token::new(trimmed).map_err(|e| bad_input(format!("--token-file {}: {e}", path.display())))
+}
+
+/// Plans and allocates this process's runtime (pools sized once, here).
+fn runtime_for(job: &JobArgs, topology: &str, side: Side) -> Result<Arc<Runtime>> {
+    let machine = load_machine(topology)?;
+    let mut plan = job.plan(&machine, side)?;
+    if topology != "this" {
+        tracing::warn!(
+            "the plan is for {topology}, not this machine: threads and buffers run unbound here"
+        );
+        unbind(&mut plan);
+    }
+    Ok(Arc::new(
+        Runtime::new(plan).context("allocating buffer pools")?,
+    ))
+}
+
+fn unbind(plan: &mut Plan) {
+    for ch in &mut plan.channels {
+        ch.numa_node = None;
+        for t in &mut ch.threads {
+            t.cpus = None;
+        }
+    }
+}
+
+/// Runs `sluice serve`.
+pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
+    let token = args.token_file.as_ref().map(read_token).transpose()?;
+    if !args.listen.ip().is_loopback() && token.is_none() && !args.insecure_no_auth {
+        return Err(bad_input(format!(
+            "--listen {} is not a loopback address: give --token-file FILE (or --insecure-no-auth to accept anyone)",
+            args.listen
+        )));
+    }
+    if !args.root.is_dir() {
+        return Err(bad_input(format!(
+            "--root {}: not a directory",
+            args.root.display()
+        )));
+    }
+    let runtime = runtime_for(&args.job, &args.topology, Side::Both)?;
+    let listener = TcpListener::bind(args.listen)
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let plan = runtime.plan();
+    if args.json {
+        let v = serde_json::json!({ "listen": addr.to_string(), "root": args.root, "plan": plan });
+        println!("{v}");
+    } else {
+        eprintln!(
+            "sluice: serving {} on {addr} (policy {}, {} channel(s), {} MiB of buffers)",
+            args.root.display(),
+            plan.policy,
+            plan.channels.len(),
+            plan.buffer_bytes() >> 20
+        );
+    }
+    let cfg = ServeConfig {
+        root: args.root.clone(),
+        token,
+        io_threads: args.job.io_threads,
+        max_connections: args.max_connections,
+        runtime,
+    };
+    serve(listener, cfg)?;
+    Ok(ExitCode::Ok)
+}
+
+/// Runs `sluice cp`.
+pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
+    let (dest, sources) = args
+        .paths
+        .split_last()
+        .ok_or_else(|| bad_input("cp needs SRC... DST"))?;
+    let dest = Endpoint::parse(dest).map_err(bad_input)?;
+    let sources = sources
+        .iter()
+        .map(|s| Endpoint::parse(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(bad_input)?;
+    let side = if matches!(dest, Endpoint::Remote { .. }) {
+        Side::Send
+    } else {
+        Side::Recv
+    };
+    let chunk_bytes = parse_bytes("--chunk-size", &args.job.chunk_size)?;
+    let chunk_bytes = u32::try_from(chunk_bytes)
+        .map_err(|_| bad_input(format!("--chunk-size {chunk_bytes} is larger than 64 MiB")))?;
+    let token = args.token_file.as_ref().map(read_token).transpose()?;
+    let streams = u16::try_from(args.job.streams).map_err(|_| {
+        bad_input(format!(
+            "--streams {} is too many (at most 256)",
+            args.job.streams
+        ))
+    })?;
+    let cfg = CopyConfig {
+        sources,
+        dest,
+        opts: SessionOptions {
+            streams: streams.max(1),
+            io_threads: args.job.io_threads.max(1),
+            resume: args.resume,
+            no_clobber: args.no_clobber,
+            update: args.update,
+            fsync: args.fsync,
+            verify: args.verify,
+            recursive: args.recursive,
+            compress: sluice_wire::Compression::None,
+            pipeline: args.pipeline.into(),
+        },
+        chunk_bytes,
+        token,
+    };
+    let runtime = runtime_for(&args.job, "this", side)?;
+    let stats = Arc::new(Stats::new());
+    let progress = (!args.json && std::io::stderr().is_terminal()).then(|| spawn_progress(&stats));
+    let result = copy(&cfg, &runtime, &stats);
+    if let Some((bar, done)) = progress {
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        bar.finish_and_clear();
+    }
+    if let Err(e) = result {
+        if e.is::<UsageError>() {
+            return Err(bad_input(e));
+        }
+        return Err(anyhow::anyhow!(e));
+    }
+    let summary = stats.summary(runtime.plan());
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        print_summary(&summary);
+    }
+    Ok(if summary.files_failed > 0 {
+        ExitCode::Failed
+    } else {
+        ExitCode::Ok
+    })
+}
+
+fn print_summary(s: &sluice_engine::Summary) {
+    let mib = s.bytes as f64 / f64::from(1u32 << 20);
+    println!(
+        "{} file(s), {:.1} MiB in {:.2} s ({:.1} MiB/s), {} skipped, {} failed, pipeline {}, policy {}",
+        s.files,
+        mib,
+        s.seconds,
+        if s.seconds > 0.0 { mib / s.seconds } else { 0.0 },
+        s.files_skipped,
+        s.files_failed,
+        s.pipeline,
+        s.plan.policy
+    );
+    if s.bytes_resumed > 0 {
+        println!(
+            "resumed: {} bytes already at the destination",
+            s.bytes_resumed
+        );
+    }
+    if s.chunks_resent > 0 {
+        println!(
+            "{} corrupted chunk(s) detected and sent again",
+            s.chunks_resent
+        );
+    }
+    for f in &s.failures {
+        eprintln!(
+            "failed: {}: {}",
+            f.path,
+            f.error.as_deref().unwrap_or("unknown error")
+        );
+    }
+    for e in &s.scan_errors {
+        eprintln!("failed: {e}");
+    }
+}
+
+fn spawn_progress(
+    stats: &Arc<Stats>,
+) -> (indicatif::ProgressBar, Arc<std::sync::atomic::AtomicBool>) {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:30} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (b, d, st) = (bar.clone(), Arc::clone(&done), Arc::clone(stats));
+    std::thread::spawn(move || {
+        while !d.load(std::sync::atomic::Ordering::Relaxed) {
+            let (files, bytes) = st.announced();
+            b.set_length(bytes);
+            b.set_position(st.payload_bytes());
+            b.set_message(format!("{}/{files} files", st.files_finished()));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    (bar, done)
+}

@@ -1,0 +1,246 @@
+//! `sluice cp`: connects to a daemon, opens a session and runs its side of it.
+
+use crate::daemon::{run_role, Role};
+use crate::error::EngineError;
+use crate::fs::Root;
+use crate::runtime::Runtime;
+use crate::session::{self, source_start, DestMap, HANDSHAKE_TIMEOUT};
+use crate::source::ScanSpec;
+use crate::stats::Stats;
+use crate::transport::{self, FrameReader, FrameWriter};
+use crate::SessionOptions;
+use sluice_wire::{
+    ClientJoin, Direction, Frame, Open, OpenOptions, RelPath, Token,
+};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One side of a copy as the user typed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A local path, kept as typed (the trailing '/' matters).
+    Local(String),
+    /// `sluice://HOST[:PORT]/PATH`.
+    Remote {
+        /// `host:port`.
+        addr: String,
+        /// The path under the daemon's root, as typed (trailing '/' kept).
+        path: String,
+    },
+}
+
+/// The default daemon port.
+pub const DEFAULT_PORT: u16 = 7878;
+
+impl Endpoint {
+    /// Parses `sluice://HOST[:PORT]/PATH` or a local path.
+    ///
+    /// # Errors
+    /// A `sluice://` URL without a host.
+    pub fn parse(s: &str) -> Result<Endpoint, String> {
+        let Some(rest) = s.strip_prefix("sluice://") else {
+            return Ok(Endpoint::Local(s.to_string()));
+        };
+        let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if host.is_empty() {
+            return Err(format!("{s:?} has no host: expected sluice://HOST[:PORT]/PATH"));
+        }
+        let addr = if host.starts_with('[') {
+            if host.contains("]:") { host.to_string() } else { format!("{host}:{DEFAULT_PORT}") }
+        } else if host.contains(':') {
+            host.to_string()
+        } else {
+            format!("{host}:{DEFAULT_PORT}")
+        };
+        Ok(Endpoint::Remote { addr, path: path.to_string() })
+    }
+}
+
+/// What to copy and how.
+#[derive(Debug)]
+pub struct CopyConfig {
+    /// Sources, all local (push) or all on one daemon (pull).
+    pub sources: Vec<Endpoint>,
+    /// Destination.
+    pub dest: Endpoint,
+    /// Session options.
+    pub opts: SessionOptions,
+    /// Chunk size asked for.
+    pub chunk_bytes: u32,
+    /// Shared secret for the daemon.
+    pub token: Option<Token>,
+}
+
+/// Bad input found before any connection was made (exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Runs a copy, counting into `stats` (one session, or one per source for a pull from
+/// several remote sources); `stats.summary()` is the result.
+///
+/// # Errors
+/// [`UsageError`] (wrapped) for impossible requests; [`EngineError`] for failures.
+pub fn copy(
+    cfg: &CopyConfig,
+    runtime: &Arc<Runtime>,
+    stats: &Arc<Stats>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let all_local = cfg.sources.iter().all(|s| matches!(s, Endpoint::Local(_)));
+    let all_remote = cfg.sources.iter().all(|s| matches!(s, Endpoint::Remote { .. }));
+    match (&cfg.dest, all_local, all_remote) {
+        (Endpoint::Remote { addr, path }, true, _) => {
+            let several = cfg.sources.len() > 1;
+            let mut specs = Vec::new();
+            for s in &cfg.sources {
+                let Endpoint::Local(p) = s else { unreachable!("checked all local") };
+                specs.push(local_spec(p, cfg.opts.recursive)?);
+            }
+            // Several sources always go into a directory.
+            let remote_path = if several && !path.ends_with('/') { format!("{path}/") } else { path.clone() };
+            run_session(addr, Direction::Push, &remote_path, cfg, runtime, Side::Source(specs), stats)
+        }
+        (Endpoint::Local(dst), _, true) => {
+            let several = cfg.sources.len() > 1;
+            let dst_path = Path::new(dst);
+            let dst_is_dir = dst.ends_with('/') || dst_path.is_dir();
+            if several && !dst_is_dir {
+                return Err(Box::new(UsageError(format!(
+                    "{dst:?} must be an existing directory (or end with '/') when copying several sources"
+                ))));
+            }
+            let (root_dir, dest) = if dst_is_dir {
+                std::fs::create_dir_all(dst_path)
+                    .map_err(|e| EngineError::io(format!("creating {dst:?}"), e))?;
+                (dst_path.to_path_buf(), DestMap::default())
+            } else {
+                let parent = dst_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                let name = dst_path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .ok_or_else(|| UsageError(format!("{dst:?} has no usable file name")))?;
+                (parent.to_path_buf(), DestMap { base: None, rename_top: Some(name.to_string()) })
+            };
+            let root = Arc::new(Root::open(&root_dir)?);
+            for s in &cfg.sources {
+                let Endpoint::Remote { addr, path } = s else { unreachable!("checked all remote") };
+                let side = Side::Sink { root: Arc::clone(&root), dest: dest.clone() };
+                run_session(addr, Direction::Pull, path, cfg, runtime, side, stats)?;
+            }
+            Ok(())
+        }
+        (Endpoint::Local(_), true, _) => Err(Box::new(UsageError(
+            "both sides are local: sluice moves data between hosts; use a sluice:// URL for one side".into(),
+        ))),
+        _ => Err(Box::new(UsageError(
+            "sources must be all local (push) or all remote (pull), and the destination the other kind".into(),
+        ))),
+    }
+}
+
+/// The scan spec of a local source path (trailing '/' sends a directory's contents).
+fn local_spec(p: &str, recursive: bool) -> Result<ScanSpec, Box<dyn std::error::Error + Send + Sync>> {
+    let path = PathBuf::from(p);
+    let meta = std::fs::symlink_metadata(&path).map_err(|e| EngineError::io(format!("reading {p:?}"), e))?;
+    if meta.is_dir() && !recursive {
+        return Err(Box::new(UsageError(format!("{p:?} is a directory: use -r to copy it"))));
+    }
+    let contents = p.ends_with('/') && meta.is_dir();
+    let abs = std::fs::canonicalize(&path).map_err(|e| EngineError::io(format!("resolving {p:?}"), e))?;
+    if contents {
+        return Ok(ScanSpec { root: Arc::new(Root::open(&abs)?), start: None, prefix: None });
+    }
+    let parent = abs.parent().unwrap_or(Path::new("/"));
+    let name = abs
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| UsageError(format!("{p:?} has no usable UTF-8 file name")))?;
+    let (start, prefix) = source_start(name).map_err(UsageError)?;
+    let _ = RelPath::parse(name).map_err(|e| UsageError(e.to_string()))?;
+    Ok(ScanSpec { root: Arc::new(Root::open(parent)?), start, prefix })
+}
+
+enum Side {
+    Source(Vec<ScanSpec>),
+    Sink { root: Arc<Root>, dest: DestMap },
+}
+
+fn run_session(
+    addr: &str,
+    direction: Direction,
+    path: &str,
+    cfg: &CopyConfig,
+    runtime: &Arc<Runtime>,
+    side: Side,
+    stats: &Arc<Stats>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let stream = TcpStream::connect(addr).map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
+    transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
+    let mut writer = FrameWriter::new(stream.try_clone().map_err(|e| EngineError::io("cloning a socket", e))?);
+    let mut reader = FrameReader::new(stream);
+    reader.set_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(|e| EngineError::io("setting a timeout", e))?;
+    let est = session::client_handshake(&mut reader, &mut writer, cfg.token.clone())?;
+    let open = Open {
+        direction,
+        path: path.to_string(),
+        options: OpenOptions {
+            streams: cfg.opts.streams,
+            chunk_bytes: cfg.chunk_bytes,
+            resume: cfg.opts.resume,
+            no_clobber: cfg.opts.no_clobber,
+            update: cfg.opts.update,
+            fsync: cfg.opts.fsync,
+            verify: cfg.opts.verify,
+            recursive: cfg.opts.recursive,
+            compress: cfg.opts.compress,
+        },
+    };
+    writer.send(&Frame::Open(open))?;
+    let accept = match reader.next("waiting for Accept")? {
+        Some(Frame::Accept(a)) => a,
+        Some(Frame::Error(e)) => return Err(Box::new(EngineError::Remote { code: e.code, message: e.message })),
+        Some(other) => {
+            return Err(Box::new(EngineError::Unexpected {
+                peer: addr.to_string(),
+                got: other.frame_type().name().to_string(),
+                state: "waiting for Accept".into(),
+            }))
+        }
+        None => {
+            return Err(Box::new(EngineError::Disconnected { peer: addr.to_string(), state: "waiting for Accept".into() }))
+        }
+    };
+    let key = est.join_key(&accept.session_secret);
+    let mut conns = Vec::new();
+    for i in 0..accept.streams() {
+        let s = TcpStream::connect(addr).map_err(|e| EngineError::io(format!("opening data connection {i} to {addr}"), e))?;
+        transport::tune(&s, true).map_err(|e| EngineError::io("configuring a socket", e))?;
+        let mut join = ClientJoin::new(&accept, &key, i)
+            .map_err(|e| EngineError::Handshake { peer: addr.to_string(), message: e.to_string() })?;
+        let mut out = Vec::new();
+        join.start(&mut out);
+        let mut w = FrameWriter::new(s.try_clone().map_err(|e| EngineError::io("cloning a socket", e))?);
+        w.send_raw(&out)?;
+        let mut r = FrameReader::new(s);
+        r.set_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(|e| EngineError::io("setting a timeout", e))?;
+        let frame = r.next("joining")?.ok_or_else(|| EngineError::Disconnected { peer: addr.to_string(), state: "joining".into() })?;
+        if let Frame::Error(e) = &frame {
+            return Err(Box::new(EngineError::Remote { code: e.code, message: e.message.clone() }));
+        }
+        join.handle(&frame).map_err(|e| EngineError::Handshake { peer: addr.to_string(), message: e.to_string() })?;
+        let s = r.into_inner()?;
+        s.set_read_timeout(None).map_err(|e| EngineError::io("clearing a timeout", e))?;
+        conns.push(s);
+    }
+    reader.set_timeout(None).map_err(|e| EngineError::io("clearing a timeout", e))?;
+    let control_stream = writer.stream_clone()?;
+    let mut opts = cfg.opts.clone();
+    opts.streams = accept.streams();
+    let role = match side {
+        Side::Source(specs) => Role::Source(specs),
+        Side::Sink { root, dest } => Role::Sink { root, dest },
+    };
+    run_role(role, runtime, &opts, accept.chunk_bytes, reader, control_stream, conns, stats)?;
+    Ok(())
+}

@@ -1,0 +1,99 @@
+//! The control connection once the session runs: one writer thread that batches frames
+//! from every other thread into few syscalls, and one reader thread that turns incoming
+//! frames into messages for the session's master thread.
+
+use crate::error::EngineError;
+use crate::transport::{FrameReader, FrameWriter};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use sluice_wire::{Codec, Frame};
+use std::io::Write;
+use std::net::TcpStream;
+use std::thread::JoinHandle;
+
+/// Frames queued for the peer before senders block (back-pressure on the control plane).
+const CONTROL_QUEUE_FRAMES: usize = 4096;
+/// Bytes batched into one write at most.
+const CONTROL_BATCH_BYTES: usize = 256 << 10;
+
+/// A handle any thread can use to send control frames to the peer.
+#[derive(Debug, Clone)]
+pub struct ControlTx {
+    tx: Sender<Frame>,
+}
+
+impl ControlTx {
+    /// Queues a frame; blocks while the queue is full. A closed control connection is
+    /// reported by the reader side, so a failed send here is ignored.
+    pub fn send(&self, frame: Frame) {
+        let _ = self.tx.send(frame);
+    }
+}
+
+/// Starts the writer thread for `stream`. Dropping every [`ControlTx`] ends it after the
+/// queue is flushed; its result says whether all frames went out.
+pub fn spawn_writer(stream: TcpStream) -> std::io::Result<(ControlTx, JoinHandle<Result<(), EngineError>>)> {
+    let (tx, rx) = bounded::<Frame>(CONTROL_QUEUE_FRAMES);
+    let handle = std::thread::Builder::new().name("control-tx".into()).spawn(move || {
+        let peer = crate::transport::peer_name(&stream);
+        let mut stream = stream;
+        let mut buf = Vec::with_capacity(64 << 10);
+        while let Ok(frame) = rx.recv() {
+            buf.clear();
+            frame.encode(&mut buf);
+            // Batch whatever else is already queued.
+            while buf.len() < CONTROL_BATCH_BYTES {
+                match rx.try_recv() {
+                    Ok(f) => f.encode(&mut buf),
+                    Err(_) => break,
+                }
+            }
+            stream
+                .write_all(&buf)
+                .map_err(|e| EngineError::io(format!("sending control frames to {peer}"), e))?;
+        }
+        Ok(())
+    })?;
+    Ok((ControlTx { tx }, handle))
+}
+
+/// What the reader thread tells the master.
+#[derive(Debug)]
+pub enum ControlEvent {
+    /// A frame from the peer.
+    Frame(Frame),
+    /// The peer closed the control connection cleanly.
+    Closed,
+    /// Reading failed (malformed frame, reset connection).
+    Failed(EngineError),
+}
+
+/// Starts the reader thread; its events arrive on the returned receiver.
+pub fn spawn_reader(mut reader: FrameReader) -> std::io::Result<Receiver<ControlEvent>> {
+    let (tx, rx) = bounded(CONTROL_QUEUE_FRAMES);
+    std::thread::Builder::new().name("control-rx".into()).spawn(move || loop {
+        match reader.next("running the session") {
+            Ok(Some(frame)) => {
+                if tx.send(ControlEvent::Frame(frame)).is_err() {
+                    return;
+                }
+            }
+            Ok(None) => {
+                let _ = tx.send(ControlEvent::Closed);
+                return;
+            }
+            Err(e) => {
+                let _ = tx.send(ControlEvent::Failed(e));
+                return;
+            }
+        }
+    })?;
+    Ok(rx)
+}
+
+/// Writes one frame synchronously (handshake phase, before the writer thread exists).
+///
+/// # Errors
+/// The socket write failed.
+pub fn send_now<C: Codec>(writer: &mut FrameWriter, frame: &C) -> Result<(), EngineError> {
+    writer.send(frame)
+}

@@ -1,0 +1,318 @@
+//! `sluice serve`: accepts sessions and serves files under a confined root.
+//!
+//! Every connection starts with one frame: `Hello` opens a control connection (a new
+//! session), `Join` attaches a data connection to a session that is waiting for its
+//! streams. A malformed frame, a wrong secret or a failed session ends that connection
+//! only; the daemon keeps serving.
+
+use crate::control::{spawn_reader, spawn_writer};
+use crate::error::EngineError;
+use crate::fs::Root;
+use crate::runtime::Runtime;
+use crate::session::{self, source_start, DestMap, HANDSHAKE_TIMEOUT};
+use crate::source::ScanSpec;
+use crate::stats::Stats;
+use crate::transport::{self, ChunkReceiver, ChunkSender, FrameReader, FrameWriter};
+use crate::SessionOptions;
+use crossbeam_channel::{bounded, Sender};
+use sluice_wire::{
+    Accept, Direction, ErrorCode, ErrorFrame, Frame, JoinTable, Token, MAX_STREAMS,
+};
+use std::collections::HashMap;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Daemon settings.
+#[derive(Debug)]
+pub struct ServeConfig {
+    /// The served directory; nothing outside it is ever touched.
+    pub root: std::path::PathBuf,
+    /// Shared secret; `None` only for loopback or with `--insecure-no-auth`.
+    pub token: Option<Token>,
+    /// The daemon's plan, pools allocated once at start-up.
+    pub runtime: Arc<Runtime>,
+    /// Storage threads per session.
+    pub io_threads: u32,
+    /// Connections handled at once (control + data); more are refused.
+    pub max_connections: usize,
+}
+
+/// A session waiting for its data connections.
+struct Pending {
+    table: JoinTable,
+    streams: Sender<(u16, TcpStream)>,
+}
+
+struct Daemon {
+    cfg: ServeConfig,
+    root: Arc<Root>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    connections: AtomicUsize,
+}
+
+/// Serves forever on `listener` (bound by the caller, so it can print the address).
+///
+/// # Errors
+/// The root cannot be opened, or accepting fails persistently.
+pub fn serve(listener: TcpListener, cfg: ServeConfig) -> Result<(), EngineError> {
+    let root = Arc::new(Root::open(&cfg.root)?);
+    let daemon = Arc::new(Daemon {
+        cfg,
+        root,
+        pending: Mutex::new(HashMap::new()),
+        connections: AtomicUsize::new(0),
+    });
+    for conn in listener.incoming() {
+        let stream = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                continue;
+            }
+        };
+        if daemon.connections.fetch_add(1, Ordering::SeqCst) >= daemon.cfg.max_connections {
+            daemon.connections.fetch_sub(1, Ordering::SeqCst);
+            let mut w = FrameWriter::new(stream);
+            let _ = w.send(&ErrorFrame::new(ErrorCode::Busy, "too many connections; try again later"));
+            continue;
+        }
+        let d = Arc::clone(&daemon);
+        let spawned = std::thread::Builder::new().name("conn".into()).spawn(move || {
+            let peer = transport::peer_name(&stream);
+            if let Err(e) = d.handle(stream) {
+                tracing::warn!("{peer}: {e}");
+            }
+            d.connections.fetch_sub(1, Ordering::SeqCst);
+        });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start a connection thread: {e}");
+            daemon.connections.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    Ok(())
+}
+
+impl Daemon {
+    fn handle(&self, stream: TcpStream) -> Result<(), EngineError> {
+        let _ = transport::tune(&stream, false);
+        let writer_stream = stream.try_clone().map_err(|e| EngineError::io("cloning a socket", e))?;
+        let mut writer = FrameWriter::new(writer_stream);
+        let mut reader = FrameReader::new(stream);
+        let _ = reader.set_timeout(Some(HANDSHAKE_TIMEOUT));
+        let first = match reader.next("waiting for the first frame") {
+            Ok(Some(f)) => f,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                let _ = writer.send(&ErrorFrame::new(e.code(), e.to_string()));
+                return Err(e);
+            }
+        };
+        match first {
+            Frame::Join(join) => self.join(join, reader, writer),
+            hello @ Frame::Hello(_) => {
+                let result = self.session(hello, &mut reader, &mut writer);
+                if let Err(e) = &result {
+                    let _ = writer.send(&ErrorFrame::new(e.code(), e.to_string()));
+                }
+                result
+            }
+            other => {
+                let msg = format!("expected Hello or Join, got {}", other.frame_type().name());
+                let _ = writer.send(&ErrorFrame::new(ErrorCode::BadFrame, &msg));
+                Err(EngineError::Unexpected {
+                    peer: reader.peer().to_string(),
+                    got: other.frame_type().name().to_string(),
+                    state: "waiting for Hello or Join".into(),
+                })
+            }
+        }
+    }
+
+    /// A data connection presenting a session's secret.
+    fn join(&self, join: sluice_wire::Join, reader: FrameReader, mut writer: FrameWriter) -> Result<(), EngineError> {
+        let mut out = Vec::new();
+        let mut pending = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(p) = pending.get_mut(&join.session_id) else {
+            drop(pending);
+            let _ = writer.send(&ErrorFrame::new(ErrorCode::JoinRejected, "no such session"));
+            return Err(EngineError::Handshake {
+                peer: reader.peer().to_string(),
+                message: format!("join for unknown session {}", join.session_id),
+            });
+        };
+        let result = p.table.handle(&join, &mut out);
+        let streams = p.streams.clone();
+        drop(pending);
+        writer.send_raw(&out)?;
+        let joined = result.map_err(|e| EngineError::Handshake {
+            peer: reader.peer().to_string(),
+            message: e.to_string(),
+        })?;
+        let stream = reader.into_inner()?;
+        let _ = stream.set_read_timeout(None);
+        let _ = transport::tune(&stream, true);
+        let _ = streams.send((joined.stream_index, stream));
+        Ok(())
+    }
+
+    /// A control connection: handshake, open, accept, wait for streams, run.
+    fn session(&self, hello: Frame, reader: &mut FrameReader, writer: &mut FrameWriter) -> Result<(), EngineError> {
+        let est = session::server_handshake(hello, reader, writer, self.cfg.token.clone())?;
+        let open = match reader.next("waiting for Open")? {
+            Some(Frame::Open(o)) => o,
+            Some(other) => {
+                return Err(EngineError::Unexpected {
+                    peer: reader.peer().to_string(),
+                    got: other.frame_type().name().to_string(),
+                    state: "waiting for Open".into(),
+                })
+            }
+            None => return Ok(()),
+        };
+        let bad_path = |msg: String| EngineError::Remote { code: ErrorCode::PathOutsideRoot, message: msg };
+        // Validate the path before anything is allocated or created.
+        let raw = open.path.clone();
+        let runtime = &self.cfg.runtime;
+        let chunk_bytes = open.options.chunk_bytes.min(runtime.chunk_bytes());
+        let streams = open.options.streams.clamp(1, MAX_STREAMS);
+        let opts = SessionOptions {
+            streams,
+            io_threads: self.cfg.io_threads,
+            resume: open.options.resume,
+            no_clobber: open.options.no_clobber,
+            update: open.options.update,
+            fsync: open.options.fsync,
+            verify: open.options.verify,
+            recursive: open.options.recursive,
+            compress: open.options.compress,
+            pipeline: crate::Pipeline::Auto,
+        };
+        let role = match open.direction {
+            Direction::Push => {
+                let root = &self.root;
+                let dest = DestMap::for_destination(&raw, |p| {
+                    root.entry_metadata(p).is_ok_and(|m| m.kind == crate::fs::EntryKind::Dir)
+                })
+                    .map_err(|m| bad_path(format!("destination {raw:?}: {m}")))?;
+                if let Some(base) = &dest.base {
+                    self.root.create_dir_all(base, 0o755)?;
+                }
+                Role::Sink { root: Arc::clone(&self.root), dest }
+            }
+            Direction::Pull => {
+                let (start, prefix) =
+                    source_start(&raw).map_err(|m| bad_path(format!("source {raw:?}: {m}")))?;
+                if let Some(s) = &start {
+                    if !self.root.exists(s)? {
+                        return Err(EngineError::Remote {
+                            code: ErrorCode::NotFound,
+                            message: format!("{raw:?} does not exist on the server"),
+                        });
+                    }
+                }
+                Role::Source(vec![ScanSpec { root: Arc::clone(&self.root), start, prefix }])
+            }
+        };
+        let accept = Accept {
+            session_id: u64::from_le_bytes(session::random()?),
+            session_secret: session::random()?,
+            channels: 1,
+            streams_per_channel: streams,
+            chunk_bytes,
+        };
+        let (tx, rx) = bounded(usize::from(streams));
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(accept.session_id, Pending { table: JoinTable::new(&accept, est.join_key(&accept.session_secret)), streams: tx });
+        writer.send(&Frame::Accept(accept.clone()))?;
+        // Collect the data connections.
+        let mut conns: Vec<Option<TcpStream>> = (0..streams).map(|_| None).collect();
+        let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
+        let mut got = 0;
+        while got < usize::from(streams) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((i, s)) => {
+                    if let Some(slot) = conns.get_mut(usize::from(i)) {
+                        if slot.replace(s).is_none() {
+                            got += 1;
+                        }
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&accept.session_id);
+        if got < usize::from(streams) {
+            return Err(EngineError::Handshake {
+                peer: reader.peer().to_string(),
+                message: format!("only {got} of {streams} data connections joined in time"),
+            });
+        }
+        let conns: Vec<TcpStream> = conns.into_iter().flatten().collect();
+        let _ = reader.set_timeout(None);
+        let control_stream = writer.stream_clone()?;
+        let reader = std::mem::replace(reader, FrameReader::new(writer.stream_clone()?));
+        let stats = Arc::new(Stats::new());
+        let result =
+            run_role(role, runtime, &opts, chunk_bytes, reader, control_stream, conns, &stats);
+        let s = stats.summary(runtime.plan());
+        tracing::info!(
+            "session {} done: {} files, {} bytes in {:.2} s, {} failed",
+            accept.session_id,
+            s.files,
+            s.bytes,
+            s.seconds,
+            s.files_failed
+        );
+        result
+    }
+}
+
+/// Which half of the session this side runs.
+pub(crate) enum Role {
+    /// Receive into `dest` under `root`.
+    Sink {
+        /// The confined directory written to.
+        root: Arc<Root>,
+        /// Where entries go under it.
+        dest: DestMap,
+    },
+    /// Send these.
+    Source(Vec<ScanSpec>),
+}
+
+/// Runs one side of a session once its connections are up, counting into `stats`.
+pub(crate) fn run_role(
+    role: Role,
+    runtime: &Arc<Runtime>,
+    opts: &SessionOptions,
+    chunk_bytes: u32,
+    reader: FrameReader,
+    control_stream: TcpStream,
+    conns: Vec<TcpStream>,
+    stats: &Arc<Stats>,
+) -> Result<(), EngineError> {
+    let events =
+        spawn_reader(reader).map_err(|e| EngineError::io("starting the control reader", e))?;
+    let (control, writer_thread) = spawn_writer(control_stream)
+        .map_err(|e| EngineError::io("starting the control writer", e))?;
+    let result = match role {
+        Role::Sink { root, dest } => {
+            let conns = conns.into_iter().map(|c| ChunkReceiver::new(c, chunk_bytes)).collect();
+            crate::sink::run(runtime, root, dest, opts, &control, &events, conns, stats)
+        }
+        Role::Source(spec) => {
+            let conns = conns.into_iter().map(ChunkSender::new).collect();
+            crate::source::run(runtime, spec, opts, &control, &events, conns, stats)
+        }
+    };
+    if let Err(e) = &result {
+        control.send(Frame::Error(ErrorFrame::new(e.code(), e.to_string())));
+    }
+    drop(control);
+    let _ = writer_thread.join();
+    result
+}

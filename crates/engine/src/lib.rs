@@ -1,0 +1,80 @@
+//! The sluice transfer engine: the daemon, the client and the per-channel data path
+//! (read → send → receive → write) that the plan places on NUMA nodes.
+//!
+//! * [`daemon::serve`] accepts sessions under a confined root.
+//! * [`client::copy`] pushes or pulls files, trees and lots of small files.
+//! * [`source`] and [`sink`] are the two halves of a session, identical for push and
+//!   pull; [`runtime::Runtime`] holds the plan's buffer pools and pins its threads.
+//! * [`transport`] is the only module that turns `sluice-wire` frames into socket I/O.
+
+pub mod client;
+pub mod control;
+pub mod daemon;
+pub mod error;
+pub mod fs;
+pub mod runtime;
+pub mod sched;
+pub mod session;
+pub mod sink;
+pub mod source;
+pub mod stats;
+pub mod transport;
+
+pub use error::EngineError;
+pub use runtime::Runtime;
+pub use stats::Summary;
+pub use sluice_wire::Compression;
+
+/// How chunks travel from the thread that read them to the socket (seed 003).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pipeline {
+    /// Chosen per session: inline unless readers far outnumber connections.
+    #[default]
+    Auto,
+    /// The thread that reads a chunk sends it (and the receiving thread writes it).
+    Inline,
+    /// Bounded per-channel queues between I/O threads and network threads.
+    Queued,
+}
+
+/// What a session does, as the client asked for it.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// Data connections.
+    pub streams: u16,
+    /// Storage threads on each side.
+    pub io_threads: u32,
+    /// Continue from what the destination already holds.
+    pub resume: bool,
+    /// Never replace an existing destination file.
+    pub no_clobber: bool,
+    /// Skip files whose destination has the same size and mtime.
+    pub update: bool,
+    /// Make each file durable before renaming it into place.
+    pub fsync: bool,
+    /// Re-read each written file and compare its digest before renaming it into place.
+    pub verify: bool,
+    /// Descend into directories.
+    pub recursive: bool,
+    /// Compression on the wire.
+    pub compress: Compression,
+    /// Inline or queued data path.
+    pub pipeline: Pipeline,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            streams: 2,
+            io_threads: 2,
+            resume: false,
+            no_clobber: false,
+            update: false,
+            fsync: false,
+            verify: false,
+            recursive: false,
+            compress: Compression::None,
+            pipeline: Pipeline::Auto,
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The plan made real: one buffer pool per channel, allocated once, and threads spawned
+//! pinned where the plan puts them.
+//!
+//! A [`Runtime`] is built once per process (daemon start-up, or a client run). Sessions
+//! borrow its pools; nothing on the data path allocates buffer memory afterwards.
+
+use crate::error::EngineError;
+use sluice_buffers::BufferPool;
+use sluice_placement::{Plan, Role, ThreadPlan};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// One channel of the plan with its buffer pool.
+#[derive(Debug)]
+pub struct ChannelRuntime {
+    /// The plan's channel id.
+    pub id: u32,
+    /// The node its buffers live on, if bound.
+    pub node: Option<u32>,
+    /// Its buffer pool (fixed slots of the plan's chunk size).
+    pub pool: Arc<BufferPool>,
+}
+
+/// Pools and thread placement for one plan.
+#[derive(Debug)]
+pub struct Runtime {
+    plan: Plan,
+    channels: Vec<ChannelRuntime>,
+    /// The process's allowed CPUs at start-up: unbound threads get this mask back, so a
+    /// thread spawned by a pinned thread does not inherit its parent's pin.
+    allowed_cpus: Vec<u32>,
+}
+
+impl Runtime {
+    /// Allocates every channel's buffer partition on its node (bound, mlocked where
+    /// allowed, pages touched) and keeps the plan for thread placement.
+    ///
+    /// # Errors
+    /// [`EngineError::Buffers`] when a pool cannot be allocated or bound.
+    pub fn new(plan: Plan) -> Result<Runtime, EngineError> {
+        let slot_bytes = usize::try_from(plan.chunk_bytes).unwrap_or(usize::MAX);
+        let mut channels = Vec::with_capacity(plan.channels.len());
+        for ch in &plan.channels {
+            if ch.buffer_bytes < plan.chunk_bytes {
+                continue;
+            }
+            let pool = BufferPool::new(ch.numa_node, ch.buffer_bytes, slot_bytes)
+                .map_err(|e| EngineError::Buffers { channel: ch.id, source: e })?;
+            channels.push(ChannelRuntime { id: ch.id, node: ch.numa_node, pool: Arc::new(pool) });
+        }
+        if channels.is_empty() {
+            return Err(EngineError::Config(format!(
+                "the plan leaves no channel with a buffer partition of at least one {}-byte chunk",
+                plan.chunk_bytes
+            )));
+        }
+        let allowed_cpus = sluice_affinity::allowed_cpus().unwrap_or_default();
+        Ok(Runtime { plan, channels, allowed_cpus })
+    }
+
+    /// The plan this runtime realises.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Slot size of every pool.
+    pub fn chunk_bytes(&self) -> u32 {
+        u32::try_from(self.plan.chunk_bytes).unwrap_or(u32::MAX)
+    }
+
+    /// The channels that have a buffer pool.
+    pub fn channels(&self) -> &[ChannelRuntime] {
+        &self.channels
+    }
+
+    /// The planned thread for the `index`-th thread of `role` (wrapping around when a
+    /// session runs more threads of a role than the plan has), with its channel.
+    pub fn thread_plan(&self, role: Role, index: u32) -> Option<(u32, &ThreadPlan)> {
+        let planned: Vec<(u32, &ThreadPlan)> = self
+            .plan
+            .channels
+            .iter()
+            .flat_map(|c| c.threads.iter().map(move |t| (c.id, t)))
+            .filter(|(_, t)| t.role == role)
+            .collect();
+        if planned.is_empty() {
+            return None;
+        }
+        let n = u32::try_from(planned.len()).unwrap_or(u32::MAX);
+        planned.get((index % n) as usize).copied()
+    }
+
+    /// The pool a thread of `role` number `index` uses: its channel's, or the first
+    /// channel's when its channel has none (a channel too small for one slot).
+    pub fn pool_for(&self, role: Role, index: u32) -> (u32, Arc<BufferPool>) {
+        let channel = self.thread_plan(role, index).map(|(c, _)| c);
+        let ch = channel
+            .and_then(|c| self.channels.iter().find(|x| x.id == c))
+            .unwrap_or(&self.channels[0]);
+        (ch.id, Arc::clone(&ch.pool))
+    }
+
+    /// Spawns a named thread pinned where the plan puts thread `index` of `role`
+    /// (unbound when the plan leaves it to the OS). A binding failure is logged and the
+    /// thread runs unbound: a transfer never fails because a pin could not be applied.
+    ///
+    /// # Errors
+    /// The OS refused to create the thread.
+    pub fn spawn<F, T>(&self, role: Role, index: u32, f: F) -> std::io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let cpus = self
+            .thread_plan(role, index)
+            .and_then(|(_, t)| t.cpus.clone())
+            .or_else(|| Some(self.allowed_cpus.clone()).filter(|c| !c.is_empty()));
+        std::thread::Builder::new().name(format!("{role}-{index}")).spawn(move || {
+            if let Some(cpus) = cpus {
+                if let Err(e) = sluice_affinity::bind_current_thread(&cpus) {
+                    tracing::warn!("cannot pin {role} {index} to CPUs {cpus:?}: {e}; running unbound");
+                }
+            }
+            f()
+        })
+    }
+}

@@ -1,0 +1,642 @@
+//! The sink side of a session: receive → verify → write → rename.
+//!
+//! Threads: the master (the calling thread) applies the manifest (directories ahead,
+//! links, empty files, resume answers); one net-recv thread per data connection, pinned
+//! by the plan, reads each chunk straight into a slot of its channel's NUMA-local pool,
+//! verifies its checksum (a corrupted chunk is re-requested, never written) and writes
+//! it itself (inline) or hands it to the channel's io-write threads (queued). A file is
+//! renamed into place only when every chunk is written (and, with `--verify`, re-read).
+
+use crate::control::{ControlEvent, ControlTx};
+use crate::error::EngineError;
+use crate::fs::{self as sinkfs, Clobber, Incoming, ResumeMode, SinkFile};
+use crate::fs::Root;
+use crate::runtime::Runtime;
+use crate::session::DestMap;
+use crate::stats::{FileOutcome, Stats};
+use crate::transport::{ChunkReceiver, DataEvent};
+use crate::{Pipeline, SessionOptions};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use sluice_buffers::Slot;
+use sluice_placement::Role;
+use sluice_wire::{
+    chunk_checksum, chunk_count, ChunkHeader, ChunkNack, ChunkSet, CloseAck, ErrorCode,
+    FileDigest, FileDone, FileEntry, FileFailed, FileKind, Frame, Have, HaveState, RelPath,
+    Segment, SkipReason,
+};
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a chunk may wait for its file's manifest entry.
+const ENTRY_WAIT: Duration = Duration::from_secs(60);
+
+/// A file being received.
+#[derive(Debug)]
+struct Entry {
+    entry: FileEntry,
+    dest: RelPath,
+    state: Mutex<EntryState>,
+}
+
+#[derive(Debug)]
+struct EntryState {
+    /// Shared by the writers of this file; pwrite needs no lock.
+    file: Option<Arc<SinkFile>>,
+    /// Chunks written (a chunk delivered twice counts once).
+    received: Option<ChunkSet>,
+    remaining: u64,
+    digest: Option<FileDigest>,
+    done: bool,
+}
+
+/// Files announced by the source and not finished, by id. Bounded by the source's
+/// in-flight window.
+#[derive(Debug, Default)]
+struct Table {
+    map: Mutex<HashMap<u64, Arc<Entry>>>,
+    added: Condvar,
+}
+
+impl Table {
+    fn insert(&self, e: Arc<Entry>) {
+        self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(e.entry.file_id, e);
+        self.added.notify_all();
+    }
+
+    fn remove(&self, id: u64) -> Option<Arc<Entry>> {
+        self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id)
+    }
+
+    /// The entry for `id`, waiting for the manifest to announce it.
+    fn wait(&self, id: u64, abort: &AtomicBool) -> Option<Arc<Entry>> {
+        let deadline = Instant::now() + ENTRY_WAIT;
+        let mut map = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            if let Some(e) = map.get(&id) {
+                return Some(Arc::clone(e));
+            }
+            let now = Instant::now();
+            if now >= deadline || abort.load(Ordering::Relaxed) {
+                return None;
+            }
+            let (m, _) = self
+                .added
+                .wait_timeout(map, (deadline - now).min(Duration::from_millis(200)))
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            map = m;
+        }
+    }
+}
+
+/// Everything the receiving threads share.
+struct Shared {
+    root: Arc<Root>,
+    dest: DestMap,
+    opts: SessionOptions,
+    chunk_bytes: u32,
+    table: Table,
+    control: ControlTx,
+    stats: Arc<Stats>,
+    abort: AtomicBool,
+}
+
+/// A verified chunk on its way to an io-write thread.
+struct Received {
+    header: ChunkHeader,
+    segments: Vec<Segment>,
+    slot: Slot,
+}
+
+/// Runs the sink side to completion, writing where `dest` maps inside `root`.
+///
+/// # Errors
+/// A fatal session error; per-file failures are reported to the source and in `stats`.
+pub fn run(
+    runtime: &Arc<Runtime>,
+    root: Arc<Root>,
+    dest: DestMap,
+    opts: &SessionOptions,
+    control: &ControlTx,
+    events: &Receiver<ControlEvent>,
+    conns: Vec<ChunkReceiver>,
+    stats: &Arc<Stats>,
+) -> Result<(), EngineError> {
+    let shared = Arc::new(Shared {
+        root,
+        dest,
+        opts: opts.clone(),
+        chunk_bytes: runtime.chunk_bytes(),
+        table: Table::default(),
+        control: control.clone(),
+        stats: Arc::clone(stats),
+        abort: AtomicBool::new(false),
+    });
+    let stream_count = u32::try_from(conns.len()).unwrap_or(u32::MAX);
+    let inline = match opts.pipeline {
+        Pipeline::Inline => true,
+        Pipeline::Queued => false,
+        Pipeline::Auto => opts.io_threads <= 2 * stream_count,
+    };
+    stats.set_pipeline(if inline { "inline" } else { "queued" });
+
+    let mut threads = Vec::new();
+    let mut queues: HashMap<u32, (Sender<Received>, Receiver<Received>)> = HashMap::new();
+    if !inline {
+        for w in 0..opts.io_threads.max(1) {
+            let (channel, pool) = runtime.pool_for(Role::IoWrite, w);
+            let (_, rx) =
+                queues.entry(channel).or_insert_with(|| bounded(pool.slots() as usize)).clone();
+            let shared = Arc::clone(&shared);
+            threads.push(
+                runtime
+                    .spawn(Role::IoWrite, w, move || -> Result<(), EngineError> {
+                        while let Ok(inc) = rx.recv() {
+                            write_chunk(&shared, &inc.header, &inc.segments, &inc.slot);
+                        }
+                        Ok(())
+                    })
+                    .map_err(|e| EngineError::io("starting an io-write thread", e))?,
+            );
+        }
+    }
+    for (i, mut conn) in conns.into_iter().enumerate() {
+        let i = u32::try_from(i).unwrap_or(u32::MAX);
+        let (channel, pool) = runtime.pool_for(Role::NetRecv, i);
+        let queue = queues
+            .get(&channel)
+            .or_else(|| queues.values().next())
+            .map(|(tx, _)| tx.clone());
+        let shared = Arc::clone(&shared);
+        threads.push(
+            runtime
+                .spawn(Role::NetRecv, i, move || -> Result<(), EngineError> {
+                    loop {
+                        let header = match conn.next()? {
+                            DataEvent::Chunk(h) => h,
+                            DataEvent::Frame(_) | DataEvent::End => return Ok(()),
+                        };
+                        let mut slot = pool.acquire();
+                        let wire = header.wire_len as usize;
+                        if wire > slot.len() {
+                            return Err(EngineError::Config(format!(
+                                "chunk of {wire} bytes exceeds the {}-byte buffer slot",
+                                slot.len()
+                            )));
+                        }
+                        conn.payload(&mut slot[..wire])?;
+                        slot.set_filled(wire);
+                        shared.stats.add_wire(channel, u64::from(header.wire_len));
+                        if !header.verify(slot.filled_bytes()) {
+                            nack(&shared, &header, conn.segments());
+                            continue;
+                        }
+                        shared.stats.add_payload(channel, u64::from(header.raw_len));
+                        match &queue {
+                            Some(q) if !inline => {
+                                let inc = Received { header, segments: conn.segments().to_vec(), slot };
+                                if q.send(inc).is_err() {
+                                    return Ok(());
+                                }
+                            }
+                            _ => write_chunk(&shared, &header, conn.segments(), &slot),
+                        }
+                    }
+                })
+                .map_err(|e| EngineError::io("starting a net-recv thread", e))?,
+        );
+    }
+    drop(queues);
+
+    let result = master(&shared, events);
+    if result.is_err() {
+        shared.abort.store(true, Ordering::Relaxed);
+    }
+    let mut thread_error = None;
+    for t in threads {
+        match t.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                thread_error.get_or_insert(e);
+            }
+            Err(_) => {
+                thread_error.get_or_insert(EngineError::Aborted("a data thread panicked".into()));
+            }
+        }
+    }
+    result?;
+    match thread_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Asks the source to send a corrupted chunk again (each file of a packed chunk).
+fn nack(shared: &Shared, header: &ChunkHeader, segments: &[Segment]) {
+    tracing::warn!(
+        "chunk of file {} at offset {} failed its checksum: asking the source to send it again",
+        header.file_id,
+        header.offset
+    );
+    let reason = ErrorCode::ChecksumMismatch;
+    if header.is_packed() {
+        for s in segments {
+            shared.control.send(Frame::ChunkNack(ChunkNack {
+                file_id: s.file_id,
+                offset: 0,
+                reason,
+            }));
+        }
+    } else {
+        shared.control.send(Frame::ChunkNack(ChunkNack {
+            file_id: header.file_id,
+            offset: header.offset,
+            reason,
+        }));
+    }
+}
+
+/// Writes a verified chunk: a piece of a large file, or the small files of a pack.
+fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot: &Slot) {
+    let data = slot.filled_bytes();
+    if header.is_packed() {
+        let mut at = 0usize;
+        for seg in segments {
+            let len = seg.len as usize;
+            let bytes = &data[at..at + len];
+            at += len;
+            let Some(e) = shared.table.wait(seg.file_id, &shared.abort) else {
+                tracing::warn!("file {} never announced: dropped", seg.file_id);
+                continue;
+            };
+            let digest = FileDigest::of_ordered(&[chunk_checksum(bytes)]);
+            let result = sinkfs::write_small_file(
+                &shared.root,
+                &e.dest,
+                bytes,
+                e.entry.mode,
+                e.entry.mtime_ns,
+                shared.opts.fsync,
+                clobber(&shared.opts),
+            );
+            finish_entry(shared, &e, result.map(|()| digest).map_err(|err| err.to_string()));
+        }
+        return;
+    }
+    let Some(e) = shared.table.wait(header.file_id, &shared.abort) else {
+        tracing::warn!("file {} never announced: chunk dropped", header.file_id);
+        return;
+    };
+    let index = header.offset / u64::from(shared.chunk_bytes);
+    // 1. Get (or create) the file, under the entry's lock.
+    let file = {
+        let mut st = lock(&e.state);
+        if st.done || st.received.as_ref().is_some_and(|r| r.contains(index)) {
+            return;
+        }
+        match &st.file {
+            Some(f) => Arc::clone(f),
+            None => match SinkFile::create(
+                &shared.root,
+                &e.dest,
+                incoming(shared, &e.entry),
+                ResumeMode::Fresh,
+                clobber(&shared.opts),
+            ) {
+                Ok((f, _)) => {
+                    let f = Arc::new(f);
+                    st.file = Some(Arc::clone(&f));
+                    f
+                }
+                Err(err) => {
+                    st.done = true;
+                    drop(st);
+                    finish_entry(shared, &e, Err(err.to_string()));
+                    return;
+                }
+            },
+        }
+    };
+    // 2. Write without the lock: several writers fill one large file in parallel.
+    if let Err(err) = file.write_at(header.offset, data) {
+        fail_entry(shared, &e, err.to_string());
+        return;
+    }
+    let _ = file.record_chunk(index, header.checksum);
+    drop(file);
+    // 3. Bookkeeping; the writer of the last chunk completes the file.
+    let mut st = lock(&e.state);
+    if st.done {
+        return;
+    }
+    if let Some(r) = st.received.as_mut() {
+        if !r.insert(index) {
+            return;
+        }
+    }
+    if let Some(d) = st.digest.as_mut() {
+        let _ = d.add(index, header.checksum);
+    }
+    st.remaining = st.remaining.saturating_sub(1);
+    if st.remaining > 0 {
+        return;
+    }
+    complete_locked(shared, &e, st);
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn incoming(shared: &Shared, entry: &FileEntry) -> Incoming {
+    Incoming { size: entry.size, mtime_ns: entry.mtime_ns, chunk_bytes: shared.chunk_bytes }
+}
+
+/// Marks a file failed (keeping its partial for resume) and reports it.
+fn fail_entry(shared: &Shared, e: &Entry, message: String) {
+    let mut st = lock(&e.state);
+    if st.done {
+        return;
+    }
+    st.done = true;
+    st.file = None;
+    drop(st);
+    finish_entry(shared, e, Err(message));
+}
+
+/// Every chunk is in: verify, rename, report. Called with the entry's lock held.
+fn complete_locked(shared: &Shared, e: &Entry, mut st: std::sync::MutexGuard<'_, EntryState>) {
+    st.done = true;
+    let file = st.file.take();
+    let digest = st.digest.as_ref().and_then(|d| d.finish().ok()).unwrap_or_default();
+    drop(st);
+    let Some(mut file) = file else {
+        finish_entry(shared, e, Err("internal: file handle missing".to_string()));
+        return;
+    };
+    // Other writers drop their handle right after their write; wait for them.
+    let file = loop {
+        match Arc::try_unwrap(file) {
+            Ok(f) => break f,
+            Err(f) => {
+                file = f;
+                std::thread::yield_now();
+            }
+        }
+    };
+    let result = complete_file(shared, e, file, digest);
+    finish_entry(shared, e, result);
+}
+
+/// Verifies (with `--verify`: re-reads the written file) and renames into place.
+fn complete_file(shared: &Shared, e: &Entry, f: SinkFile, digest: [u8; 16]) -> Result<[u8; 16], String> {
+    if shared.opts.verify {
+        let reread = reread_digest(f.file(), e.entry.size, shared.chunk_bytes)
+            .map_err(|err| format!("re-reading {:?} to verify it: {err}", e.dest.as_str()))?;
+        if reread != digest {
+            f.abandon();
+            return Err(format!(
+                "{:?}: the written data does not match what was received (re-read digest differs); kept as partial",
+                e.dest.as_str()
+            ));
+        }
+    }
+    f.finish(e.entry.mode, e.entry.mtime_ns, shared.opts.fsync).map_err(|err| err.to_string())?;
+    Ok(digest)
+}
+
+/// The per-file digest of a file's current content, read back chunk by chunk.
+fn reread_digest(file: &std::fs::File, size: u64, chunk_bytes: u32) -> std::io::Result<[u8; 16]> {
+    let count = chunk_count(size, chunk_bytes);
+    let mut sums = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    let mut buf = vec![0u8; chunk_bytes as usize];
+    let mut offset = 0u64;
+    while offset < size {
+        let len = (size - offset).min(u64::from(chunk_bytes)) as usize;
+        file.read_exact_at(&mut buf[..len], offset)?;
+        sums.push(chunk_checksum(&buf[..len]));
+        offset += len as u64;
+    }
+    Ok(FileDigest::of_ordered(&sums))
+}
+
+fn clobber(opts: &SessionOptions) -> Clobber {
+    if opts.no_clobber {
+        Clobber::Refuse
+    } else {
+        Clobber::Replace
+    }
+}
+
+/// Reports a file's end to the source and to the statistics; forgets it.
+fn finish_entry(shared: &Shared, e: &Entry, result: Result<[u8; 16], String>) {
+    shared.table.remove(e.entry.file_id);
+    match result {
+        Ok(digest) => {
+            shared.control.send(Frame::FileDone(FileDone { file_id: e.entry.file_id, digest }));
+            shared.stats.file_done(&e.entry, FileOutcome::Done { digest });
+        }
+        Err(message) => {
+            tracing::warn!("{message}");
+            let code = if message.contains("No space left") { ErrorCode::NoSpace } else { ErrorCode::Io };
+            shared.control.send(Frame::FileFailed(FileFailed::new(e.entry.file_id, code, message.clone())));
+            shared.stats.file_done(&e.entry, FileOutcome::Failed { message });
+        }
+    }
+}
+
+/// The destination path of a manifest entry.
+fn dest_of(shared: &Shared, path: &RelPath) -> Option<RelPath> {
+    shared.dest.map(path)
+}
+
+/// Directories whose mtime is set once their contents are in.
+struct DirTimes(Vec<(RelPath, i64)>);
+
+fn master(shared: &Arc<Shared>, events: &Receiver<ControlEvent>) -> Result<(), EngineError> {
+    let mut dirs = DirTimes(Vec::new());
+    let negotiate = shared.opts.resume || shared.opts.update || shared.opts.no_clobber;
+    loop {
+        let ev = events.recv().map_err(|_| EngineError::Disconnected {
+            peer: "source".into(),
+            state: "receiving files".into(),
+        })?;
+        let frame = match ev {
+            ControlEvent::Frame(f) => f,
+            ControlEvent::Closed => {
+                return Err(EngineError::Disconnected { peer: "source".into(), state: "receiving files".into() })
+            }
+            ControlEvent::Failed(e) => return Err(e),
+        };
+        match frame {
+            Frame::Manifest(m) => {
+                for entry in m.entries {
+                    announce(shared, entry, negotiate, &mut dirs);
+                }
+            }
+            Frame::ManifestEnd(_) => {}
+            Frame::FileFailed(f) => {
+                // The source could not read it: forget it, keep any partial for resume.
+                if let Some(e) = shared.table.remove(f.file_id) {
+                    let mut st = lock(&e.state);
+                    st.done = true;
+                    st.file = None; // dropped = abandoned: the partial stays for resume
+                    drop(st);
+                    shared.stats.file_done(&e.entry, FileOutcome::Failed { message: f.message });
+                }
+            }
+            Frame::Close(_) => {
+                shared.abort.store(true, Ordering::Relaxed);
+                for (path, mtime) in dirs.0.iter().rev() {
+                    let _ = sinkfs::set_dir_times(&shared.root, path, *mtime);
+                }
+                shared.control.send(Frame::CloseAck(CloseAck));
+                return Ok(());
+            }
+            Frame::Error(e) => return Err(EngineError::Remote { code: e.code, message: e.message }),
+            other => tracing::debug!("sink ignores {:?}", other.frame_type()),
+        }
+    }
+}
+
+/// Applies one manifest entry: directories, links and empty files at once; data files
+/// registered for their chunks (after a resume/update/no-clobber answer if asked).
+fn announce(shared: &Arc<Shared>, entry: FileEntry, negotiate: bool, dirs: &mut DirTimes) {
+    let Some(dest) = dest_of(shared, &entry.path) else {
+        shared.control.send(Frame::FileFailed(FileFailed::new(
+            entry.file_id,
+            ErrorCode::PathOutsideRoot,
+            format!("{:?}: destination path too long", entry.path.as_str()),
+        )));
+        return;
+    };
+    let e = Arc::new(Entry {
+        dest: dest.clone(),
+        state: Mutex::new(EntryState {
+            file: None,
+            received: None,
+            remaining: 0,
+            digest: None,
+            done: false,
+        }),
+        entry,
+    });
+    let entry = &e.entry;
+    match entry.kind {
+        FileKind::Dir => {
+            let r = sinkfs::make_dir(&shared.root, &dest, entry.mode);
+            if r.is_ok() {
+                dirs.0.push((dest, entry.mtime_ns));
+            }
+            finish_entry(shared, &e, r.map(|()| [0; 16]).map_err(|err| err.to_string()));
+        }
+        FileKind::Symlink => {
+            let target = entry.symlink_target.clone().unwrap_or_default();
+            let r = sinkfs::make_symlink(&shared.root, &dest, &target, entry.mtime_ns, clobber(&shared.opts));
+            finish_entry(shared, &e, r.map(|()| [0; 16]).map_err(|err| err.to_string()));
+        }
+        FileKind::File if entry.size == 0 => {
+            if skip_existing(shared, &e) {
+                return;
+            }
+            let r = sinkfs::write_small_file(
+                &shared.root,
+                &dest,
+                &[],
+                entry.mode,
+                entry.mtime_ns,
+                shared.opts.fsync,
+                clobber(&shared.opts),
+            );
+            finish_entry(shared, &e, r.map(|()| FileDigest::of_ordered(&[])).map_err(|err| err.to_string()));
+        }
+        FileKind::File => {
+            let count = chunk_count(entry.size, shared.chunk_bytes);
+            {
+                let mut st = lock(&e.state);
+                st.remaining = count;
+                st.received = ChunkSet::new(count);
+                st.digest = FileDigest::new(count).ok();
+            }
+            if negotiate {
+                if skip_existing(shared, &e) {
+                    return;
+                }
+                let state = if shared.opts.resume { resume_state(shared, &e, count) } else { HaveState::Missing };
+                if let HaveState::Partial { .. } = &state {
+                    tracing::info!("resuming {:?}", dest.as_str());
+                }
+                let all_held = matches!(&state, HaveState::Partial { .. }) && lock(&e.state).remaining == 0;
+                shared.table.insert(Arc::clone(&e));
+                shared.control.send(Frame::Have(Have { file_id: entry.file_id, state }));
+                if all_held {
+                    // The partial already holds every chunk: no data will come.
+                    complete_locked(shared, &e, lock(&e.state));
+                }
+            } else {
+                shared.table.insert(Arc::clone(&e));
+            }
+        }
+    }
+}
+
+/// `--no-clobber` / `--update`: answers `Skip` for a destination that stays.
+fn skip_existing(shared: &Shared, e: &Arc<Entry>) -> bool {
+    let entry = &e.entry;
+    let reason = if shared.opts.no_clobber && shared.root.exists(&e.dest).unwrap_or(false) {
+        Some(SkipReason::Exists)
+    } else if shared.opts.update
+        && sinkfs::same_size_and_mtime(&shared.root, &e.dest, entry.size, entry.mtime_ns)
+    {
+        Some(SkipReason::Exists)
+    } else {
+        None
+    };
+    match reason {
+        Some(r) => {
+            shared.control.send(Frame::Have(Have { file_id: entry.file_id, state: HaveState::Skip(r) }));
+            shared.stats.file_skipped(entry);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Opens the partial of a file for resume and reports the chunks that still verify.
+fn resume_state(shared: &Shared, e: &Arc<Entry>, count: u64) -> HaveState {
+    let entry = &e.entry;
+    match SinkFile::create(
+        &shared.root,
+        &e.dest,
+        incoming(shared, entry),
+        ResumeMode::Resume,
+        clobber(&shared.opts),
+    ) {
+        Ok((file, held)) => {
+            let mut st = lock(&e.state);
+            st.file = Some(Arc::new(file));
+            if held.is_empty() {
+                return HaveState::Missing;
+            }
+            let Some(mut set) = ChunkSet::new(count) else { return HaveState::Missing };
+            for (index, checksum) in &held {
+                if set.insert(*index) {
+                    if let Some(r) = st.received.as_mut() {
+                        r.insert(*index);
+                    }
+                    if let Some(d) = st.digest.as_mut() {
+                        let _ = d.add(*index, *checksum);
+                    }
+                }
+            }
+            st.remaining = count - set.len();
+            HaveState::Partial { size: entry.size, mtime_ns: entry.mtime_ns, chunks: set }
+        }
+        Err(err) => {
+            tracing::warn!("cannot resume {:?}: {err}; sending it whole", e.dest.as_str());
+            HaveState::Missing
+        }
+    }
+}

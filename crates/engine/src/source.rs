@@ -1,0 +1,611 @@
+//! The source side of a session: scan → manifest → schedule → read → send.
+//!
+//! Threads: a scanner streams the tree; the master (the calling thread) sends the
+//! manifest, feeds the [`Scheduler`] and handles the sink's answers; io-read threads,
+//! pinned by the plan, read chunks into their channel's NUMA-local slots and either send
+//! them themselves (Tyche's inline path) or hand them to the channel's net-send threads
+//! through a bounded queue (the queued pipeline).
+
+use crate::control::{ControlEvent, ControlTx};
+use crate::error::EngineError;
+use crate::fs::layout::{BlockDeviceLayout, Layout, SimulatedStripes, TargetTable};
+use crate::fs::Scanner;
+use crate::fs::Root;
+use crate::runtime::Runtime;
+use crate::sched::{Scheduler, SrcFile, Work};
+use crate::stats::{FileOutcome, Stats};
+use crate::transport::ChunkSender;
+use crate::{Pipeline, SessionOptions};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use sluice_buffers::Slot;
+use sluice_placement::Role;
+use sluice_wire::{
+    chunk_checksum, ChunkFlags, ChunkHeader, Close, CloseReason, ErrorCode, FileEntry, FileFailed,
+    FileKind, Frame, HaveState, Manifest, ManifestEnd, RelPath, Segment,
+};
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Files announced but not yet answered by the sink, at most (bounds source memory).
+pub const MAX_FILES_IN_FLIGHT: usize = 16_384;
+/// Files up to this size travel packed (when the chunk is larger).
+pub const SMALL_FILE_MAX_BYTES: u64 = 256 << 10;
+
+/// What to scan: a root, where to start in it, and the name it gets at the destination.
+#[derive(Debug)]
+pub struct ScanSpec {
+    /// The confined directory read from.
+    pub root: Arc<Root>,
+    /// What to send, relative to `root` (None: the root's contents).
+    pub start: Option<RelPath>,
+    /// Its name under the destination (None: its contents go directly there).
+    pub prefix: Option<RelPath>,
+}
+
+/// Maps a manifest path back to the path under the source root.
+fn source_path(spec: &ScanSpec, dest: &RelPath) -> Option<RelPath> {
+    let rest: Option<&str> = match &spec.prefix {
+        Some(p) if dest.as_str() == p.as_str() => None,
+        Some(p) => Some(dest.as_str().strip_prefix(p.as_str())?.strip_prefix('/')?),
+        None => Some(dest.as_str()),
+    };
+    match (&spec.start, rest) {
+        (Some(s), None) => Some(s.clone()),
+        (Some(s), Some(r)) => RelPath::parse(&format!("{}/{r}", s.as_str())).ok(),
+        (None, Some(r)) => RelPath::parse(r).ok(),
+        (None, None) => None,
+    }
+}
+
+/// One data connection's sending half, shared by the threads that may use it.
+type Conn = Mutex<ChunkSender>;
+
+/// A chunk ready to go out on the queued pipeline.
+struct Outgoing {
+    header: ChunkHeader,
+    segments: Vec<Segment>,
+    slot: Slot,
+}
+
+/// Runs the source side to completion. `conns` are the joined data connections in
+/// stream order.
+///
+/// # Errors
+/// A fatal session error (the control connection failed, the peer aborted). Per-file
+/// failures are reported in `stats`, not here.
+pub fn run(
+    runtime: &Arc<Runtime>,
+    specs: Vec<ScanSpec>,
+    opts: &SessionOptions,
+    control: &ControlTx,
+    events: &Receiver<ControlEvent>,
+    conns: Vec<ChunkSender>,
+    stats: &Arc<Stats>,
+) -> Result<(), EngineError> {
+    let chunk_bytes = runtime.chunk_bytes();
+    let sched = Arc::new(Scheduler::new(chunk_bytes, SMALL_FILE_MAX_BYTES));
+    let layouts = layouts_of(&specs);
+    let abort = Arc::new(AtomicBool::new(false));
+
+    // Connections grouped by the channel their net thread belongs to on this host.
+    let stream_count = u32::try_from(conns.len()).unwrap_or(u32::MAX);
+    let mut by_channel: HashMap<u32, Vec<Arc<Conn>>> = HashMap::new();
+    let mut all: Vec<Arc<Conn>> = Vec::new();
+    for (i, c) in conns.into_iter().enumerate() {
+        let i = u32::try_from(i).unwrap_or(u32::MAX);
+        let (channel, _) = runtime.pool_for(Role::NetSend, i);
+        let conn = Arc::new(Mutex::new(c));
+        by_channel.entry(channel).or_default().push(Arc::clone(&conn));
+        all.push(conn);
+    }
+    let inline = match opts.pipeline {
+        Pipeline::Inline => true,
+        Pipeline::Queued => false,
+        // Tyche (seed 003): the inline path wins when the protocol is NUMA-aware; the
+        // queue only pays when readers outnumber connections by far.
+        Pipeline::Auto => opts.io_threads <= 2 * stream_count,
+    };
+    stats.set_pipeline(if inline { "inline" } else { "queued" });
+
+    // Queued pipeline: one bounded queue per channel, drained by that channel's senders.
+    let mut queues: HashMap<u32, (Sender<Outgoing>, Receiver<Outgoing>)> = HashMap::new();
+    let mut threads = Vec::new();
+    if !inline {
+        for (i, conn) in all.iter().enumerate() {
+            let i = u32::try_from(i).unwrap_or(u32::MAX);
+            let (channel, pool) = runtime.pool_for(Role::NetSend, i);
+            let (_, rx) = queues
+                .entry(channel)
+                .or_insert_with(|| bounded(pool.slots() as usize))
+                .clone();
+            let conn = Arc::clone(conn);
+            let stats = Arc::clone(stats);
+            let abort = Arc::clone(&abort);
+            threads.push(runtime.spawn(Role::NetSend, i, move || -> Result<(), EngineError> {
+                while let Ok(out) = rx.recv() {
+                    if abort.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let mut c = conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
+                    stats.add_wire(channel, u64::from(out.header.wire_len));
+                }
+                Ok(())
+            }).map_err(|e| EngineError::io("starting a net-send thread", e))?);
+        }
+    }
+
+    // I/O threads.
+    for r in 0..opts.io_threads.max(1) {
+        let (channel, pool) = runtime.pool_for(Role::IoRead, r);
+        let sched = Arc::clone(&sched);
+        let stats = Arc::clone(stats);
+        let abort = Arc::clone(&abort);
+        let control = control.clone();
+        let own: Vec<Arc<Conn>> = by_channel.get(&channel).cloned().unwrap_or_else(|| all.clone());
+        let queue = queues
+            .get(&channel)
+            .or_else(|| queues.values().next())
+            .map(|(tx, _)| tx.clone());
+        let compress = opts.compress;
+        threads.push(
+            runtime
+                .spawn(Role::IoRead, r, move || -> Result<(), EngineError> {
+                    let _ = compress;
+                    let mut segments: Vec<Segment> = Vec::new();
+                    let mut rr = r as usize;
+                    loop {
+                        if abort.load(Ordering::Relaxed) {
+                            return Ok(());
+                        }
+                        let work = match sched.next(Duration::from_millis(200)) {
+                            None => return Ok(()),
+                            Some(Err(())) => continue,
+                            Some(Ok(w)) => w,
+                        };
+                        let mut slot = pool.acquire();
+                        segments.clear();
+                        let (header, target) = match read_work(&work, &mut slot, &mut segments, &control, &stats) {
+                            Some(h) => h,
+                            None => continue,
+                        };
+                        if let Some(t) = target {
+                            sched.done(t);
+                        }
+                        stats.add_payload(channel, u64::from(header.raw_len));
+                        match &queue {
+                            Some(q) if !inline => {
+                                let out = Outgoing { header, segments: segments.clone(), slot };
+                                if q.send(out).is_err() {
+                                    return Ok(());
+                                }
+                            }
+                            _ => {
+                                // Inline: take a free connection of our channel, or wait for one.
+                                let n = own.len();
+                                let mut sent = false;
+                                for k in 0..n {
+                                    let conn = &own[(rr + k) % n];
+                                    if let Ok(mut c) = conn.try_lock() {
+                                        c.send(&header, &segments, slot.filled_bytes())?;
+                                        sent = true;
+                                        break;
+                                    }
+                                }
+                                if !sent {
+                                    let conn = &own[rr % n];
+                                    let mut c = conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                                    c.send(&header, &segments, slot.filled_bytes())?;
+                                }
+                                rr = rr.wrapping_add(1);
+                                stats.add_wire(channel, u64::from(header.wire_len));
+                            }
+                        }
+                    }
+                })
+                .map_err(|e| EngineError::io("starting an io-read thread", e))?,
+        );
+    }
+    drop(queues);
+
+    let result = master(&specs, &layouts, opts, control, events, &sched, stats);
+    if result.is_err() {
+        abort.store(true, Ordering::Relaxed);
+    }
+    sched.close();
+    let mut thread_error = None;
+    for t in threads {
+        match t.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                abort.store(true, Ordering::Relaxed);
+                thread_error.get_or_insert(e);
+            }
+            Err(_) => {
+                thread_error.get_or_insert(EngineError::Aborted("a data thread panicked".into()));
+            }
+        }
+    }
+    // Tell the sink that no more chunks follow on each data connection.
+    for conn in &all {
+        let mut c = conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = c.send_frame(&Close { reason: CloseReason::Done });
+        c.shutdown();
+    }
+    result?;
+    if let Some(e) = thread_error {
+        return Err(e);
+    }
+    // Orderly close: the sink sets directory times, then acknowledges.
+    control.send(Frame::Close(Close { reason: CloseReason::Done }));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match events.recv_timeout(left) {
+            Ok(ControlEvent::Frame(Frame::CloseAck(_))) => return Ok(()),
+            Ok(ControlEvent::Frame(Frame::Error(e))) => {
+                return Err(EngineError::Remote { code: e.code, message: e.message })
+            }
+            Ok(ControlEvent::Frame(_)) => {}
+            Ok(ControlEvent::Closed) | Err(_) => {
+                return Err(EngineError::Disconnected {
+                    peer: "sink".into(),
+                    state: "waiting for the close to be acknowledged".into(),
+                })
+            }
+            Ok(ControlEvent::Failed(e)) => return Err(e),
+        }
+    }
+}
+
+/// Reads one piece of work into `slot`; returns its chunk header and the storage target
+/// to release. Files that cannot be read are reported to the sink as failed and left out.
+fn read_work(
+    work: &Work,
+    slot: &mut Slot,
+    segments: &mut Vec<Segment>,
+    control: &ControlTx,
+    stats: &Stats,
+) -> Option<(ChunkHeader, Option<u32>)> {
+    match work {
+        Work::Chunk { file, index: _, offset, len, target } => {
+            let len = *len as usize;
+            let result = file
+                .root
+                .open_read(&file.src_path)
+                .map_err(|e| e.to_string())
+                .and_then(|f| {
+                    read_full_at(&f, &mut slot[..len], *offset).map_err(|e| {
+                        format!("reading {:?} at {offset}: {e}", file.src_path.as_str())
+                    })
+                });
+            match result {
+                Ok(()) => {
+                    slot.set_filled(len);
+                    let last = *offset + len as u64 >= file.size;
+                    let header = ChunkHeader::plain(file.id, *offset, slot.filled_bytes(), last);
+                    Some((header, Some(*target)))
+                }
+                Err(msg) => {
+                    fail_file(control, stats, file, &msg);
+                    None
+                }
+            }
+        }
+        Work::Pack(files) => {
+            let mut filled = 0usize;
+            let mut first = None;
+            for f in files {
+                let len = f.size as usize;
+                if filled + len > slot.len() {
+                    fail_file(control, stats, f, "grew past the pack while being read");
+                    continue;
+                }
+                let r = f.root.open_read(&f.src_path).map_err(|e| e.to_string()).and_then(|h| {
+                    let meta_len = h.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+                    if meta_len != f.size {
+                        return Err(format!(
+                            "{:?} changed size during the transfer ({} -> {meta_len} bytes)",
+                            f.src_path.as_str(),
+                            f.size
+                        ));
+                    }
+                    read_full_at(&h, &mut slot[filled..filled + len], 0)
+                        .map_err(|e| format!("reading {:?}: {e}", f.src_path.as_str()))
+                });
+                match r {
+                    Ok(()) => {
+                        first.get_or_insert(f.id);
+                        segments.push(Segment { file_id: f.id, len: f.size as u32 });
+                        filled += len;
+                    }
+                    Err(msg) => fail_file(control, stats, f, &msg),
+                }
+            }
+            let first = first?;
+            slot.set_filled(filled);
+            let mut header = ChunkHeader::plain(first, 0, slot.filled_bytes(), true);
+            header.flags.set(ChunkFlags::PACKED, true);
+            header.segments = u16::try_from(segments.len()).unwrap_or(u16::MAX);
+            header.checksum = chunk_checksum(slot.filled_bytes());
+            Some((header, None))
+        }
+    }
+}
+
+fn fail_file(control: &ControlTx, stats: &Stats, file: &SrcFile, msg: &str) {
+    tracing::warn!("{msg}");
+    control.send(Frame::FileFailed(FileFailed::new(file.id, ErrorCode::Io, msg)));
+    stats.file_failed_at_source(file.id, msg);
+}
+
+/// pread until `dst` is full; a short file is an error.
+fn read_full_at(f: &std::fs::File, dst: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < dst.len() {
+        match f.read_at(&mut dst[done..], offset) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the file is shorter than when it was scanned",
+                ))
+            }
+            Ok(n) => {
+                done += n;
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The master loop: scan, announce, schedule, collect answers.
+fn master(
+    specs: &[ScanSpec],
+    layouts: &[Arc<dyn Layout>],
+    opts: &SessionOptions,
+    control: &ControlTx,
+    events: &Receiver<ControlEvent>,
+    sched: &Arc<Scheduler>,
+    stats: &Arc<Stats>,
+) -> Result<(), EngineError> {
+    let (entry_tx, entry_rx) = bounded::<(usize, Result<FileEntry, String>)>(1024);
+    let spec_handles: Vec<(Arc<Root>, Option<RelPath>, Option<RelPath>)> = specs
+        .iter()
+        .map(|s| (Arc::clone(&s.root), s.start.clone(), s.prefix.clone()))
+        .collect();
+    let recursive = opts.recursive;
+    let scanner = std::thread::Builder::new()
+        .name("scan".into())
+        .spawn(move || {
+            let mut next_id = 1u64;
+            for (i, (root, start, prefix)) in spec_handles.into_iter().enumerate() {
+                let scanner = match Scanner::new(&root, start, prefix, next_id, recursive) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = entry_tx.send((i, Err(e.to_string())));
+                        continue;
+                    }
+                };
+                for item in scanner {
+                    let item = item.map_err(|e| e.to_string());
+                    if let Ok(e) = &item {
+                        next_id = next_id.max(e.file_id + 1);
+                    }
+                    if entry_tx.send((i, item)).is_err() {
+                        return;
+                    }
+                }
+            }
+        })
+        .map_err(|e| EngineError::io("starting the scanner", e))?;
+
+    let negotiate = opts.resume || opts.update || opts.no_clobber;
+    // Files announced and not yet answered: id -> (spec index, entry) — bounded.
+    let mut pending: HashMap<u64, (usize, FileEntry)> = HashMap::new();
+    let mut manifest = Manifest::new();
+    let mut scanning = true;
+    let (mut files_total, mut bytes_total) = (0u64, 0u64);
+    loop {
+        // 1. Everything the sink said so far.
+        loop {
+            let ev = if scanning || pending.is_empty() {
+                match events.try_recv() {
+                    Ok(ev) => ev,
+                    Err(_) => break,
+                }
+            } else {
+                match events.recv_timeout(Duration::from_millis(100)) {
+                    Ok(ev) => ev,
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
+                    Err(_) => {
+                        return Err(EngineError::Disconnected {
+                            peer: "sink".into(),
+                            state: "waiting for file completions".into(),
+                        })
+                    }
+                }
+            };
+            handle_event(ev, specs, layouts, &mut pending, sched, stats)?;
+        }
+        if !scanning && pending.is_empty() {
+            break;
+        }
+        // 2. More of the tree, while there is room.
+        if scanning {
+            if pending.len() >= MAX_FILES_IN_FLIGHT || !sched.has_room() {
+                if !manifest.is_empty() {
+                    control.send(Frame::Manifest(std::mem::take(&mut manifest)));
+                }
+                sched.flush();
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            match entry_rx.recv_timeout(Duration::from_millis(5)) {
+                Ok((spec, Ok(entry))) => {
+                    files_total += 1;
+                    bytes_total += entry.size;
+                    stats.file_announced(entry.size);
+                    let is_data = entry.kind == FileKind::File && entry.size > 0;
+                    if let Err(entry) = manifest.try_push(entry.clone()) {
+                        control.send(Frame::Manifest(std::mem::take(&mut manifest)));
+                        let _ = manifest.try_push(entry);
+                    }
+                    if is_data && !negotiate {
+                        schedule(specs, layouts, spec, &entry, None, sched);
+                    }
+                    pending.insert(entry.file_id, (spec, entry));
+                }
+                Ok((_, Err(msg))) => {
+                    tracing::warn!("scan: {msg}");
+                    stats.scan_error(&msg);
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    if !manifest.is_empty() {
+                        control.send(Frame::Manifest(std::mem::take(&mut manifest)));
+                    }
+                    sched.flush();
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    scanning = false;
+                    if !manifest.is_empty() {
+                        control.send(Frame::Manifest(std::mem::take(&mut manifest)));
+                    }
+                    control.send(Frame::ManifestEnd(ManifestEnd { files: files_total, bytes: bytes_total }));
+                    sched.flush();
+                }
+            }
+        }
+    }
+    let _ = scanner.join();
+    sched.close();
+    Ok(())
+}
+
+fn schedule(
+    specs: &[ScanSpec],
+    layouts: &[Arc<dyn Layout>],
+    spec: usize,
+    entry: &FileEntry,
+    skip: Option<sluice_wire::ChunkSet>,
+    sched: &Scheduler,
+) {
+    let s = &specs[spec];
+    let Some(src_path) = source_path(s, &entry.path) else { return };
+    let file = Arc::new(SrcFile {
+        id: entry.file_id,
+        root: Arc::clone(&s.root),
+        src_path,
+        size: entry.size,
+        layout: Arc::clone(&layouts[spec]),
+    });
+    sched.add(file, skip);
+}
+
+fn handle_event(
+    ev: ControlEvent,
+    specs: &[ScanSpec],
+    layouts: &[Arc<dyn Layout>],
+    pending: &mut HashMap<u64, (usize, FileEntry)>,
+    sched: &Scheduler,
+    stats: &Stats,
+) -> Result<(), EngineError> {
+    let frame = match ev {
+        ControlEvent::Frame(f) => f,
+        ControlEvent::Closed => {
+            return Err(EngineError::Disconnected { peer: "sink".into(), state: "sending files".into() })
+        }
+        ControlEvent::Failed(e) => return Err(e),
+    };
+    match frame {
+        Frame::Have(have) => {
+            let Some((spec, entry)) = pending.get(&have.file_id).cloned() else { return Ok(()) };
+            match have.state {
+                HaveState::Missing => {
+                    if entry.kind == FileKind::File && entry.size > 0 {
+                        schedule(specs, layouts, spec, &entry, None, sched);
+                    }
+                }
+                HaveState::Partial { size, mtime_ns, chunks } => {
+                    // The partial is only trusted if the source has not changed since.
+                    let same = size == entry.size && mtime_ns == entry.mtime_ns;
+                    if same {
+                        stats.resumed_bytes(chunks.len() * u64::from(sched.chunk_bytes()));
+                    }
+                    schedule(specs, layouts, spec, &entry, same.then_some(chunks), sched);
+                }
+                HaveState::Complete { .. } | HaveState::Skip(_) => {
+                    pending.remove(&have.file_id);
+                    stats.file_skipped(&entry);
+                }
+            }
+        }
+        Frame::FileDone(done) => {
+            if let Some((_, entry)) = pending.remove(&done.file_id) {
+                stats.file_done(&entry, FileOutcome::Done { digest: done.digest });
+            }
+        }
+        Frame::FileFailed(f) => {
+            if let Some((_, entry)) = pending.remove(&f.file_id) {
+                stats.file_done(&entry, FileOutcome::Failed { message: f.message.clone() });
+            }
+        }
+        Frame::ChunkNack(nack) => {
+            // The sink saw a corrupted chunk and wrote nothing: read and send it again.
+            if let Some((spec, entry)) = pending.get(&nack.file_id) {
+                stats.chunk_resent();
+                let s = &specs[*spec];
+                if let Some(src_path) = source_path(s, &entry.path) {
+                    let file = Arc::new(SrcFile {
+                        id: entry.file_id,
+                        root: Arc::clone(&s.root),
+                        src_path,
+                        size: entry.size,
+                        layout: Arc::clone(&layouts[*spec]),
+                    });
+                    let chunk = u64::from(sched.chunk_bytes());
+                    let work = if sched.is_small(entry.size) {
+                        Work::Pack(vec![file])
+                    } else {
+                        let index = nack.offset / chunk;
+                        let len = u32::try_from((entry.size - nack.offset.min(entry.size)).min(chunk))
+                            .unwrap_or(0);
+                        let target = file.layout.target(nack.offset).0;
+                        Work::Chunk { file, index, offset: nack.offset, len, target }
+                    };
+                    sched.retry(work);
+                }
+            }
+        }
+        Frame::Error(e) => {
+            return Err(EngineError::Remote { code: e.code, message: e.message });
+        }
+        other => {
+            tracing::debug!("source ignores {:?}", other.frame_type());
+        }
+    }
+    Ok(())
+}
+
+/// One layout per source root: Lustre stripes where the root is on Lustre (per file it
+/// would need `lfs` calls; the root's default is used), else the root's block device.
+fn layouts_of(specs: &[ScanSpec]) -> Vec<Arc<dyn Layout>> {
+    let mut table = TargetTable::new();
+    specs
+        .iter()
+        .map(|s| -> Arc<dyn Layout> {
+            match BlockDeviceLayout::discover(s.root.path(), &mut table) {
+                Ok(l) => Arc::new(l),
+                Err(e) => {
+                    tracing::debug!("no block device for {}: {e}", s.root.path().display());
+                    Arc::new(SimulatedStripes { stripe_bytes: u64::MAX, targets: Vec::new() })
+                }
+            }
+        })
+        .collect()
+}

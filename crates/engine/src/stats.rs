@@ -1,0 +1,306 @@
+//! Counters and the per-file report of a session, turned into the `--json` summary.
+
+use serde::Serialize;
+use sluice_wire::FileEntry;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Per-file rows kept for the summary at most; beyond it only counts grow, so memory
+/// stays bounded for trees of millions of files.
+pub const MAX_REPORTED_FILES: usize = 10_000;
+
+/// How one file ended.
+#[derive(Debug, Clone)]
+pub enum FileOutcome {
+    /// Written, verified and renamed into place.
+    Done {
+        /// The per-file digest (xxh3-128 over the chunk checksums).
+        digest: [u8; 16],
+    },
+    /// Not transferred.
+    Failed {
+        /// Why.
+        message: String,
+    },
+}
+
+/// One row of the per-file report.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileRow {
+    /// Destination-relative path.
+    pub path: String,
+    /// Bytes.
+    pub size: u64,
+    /// `done`, `skipped` or `failed`.
+    pub status: &'static str,
+    /// Hex digest for transferred files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// The error, for failed files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Per-channel throughput figures.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ChannelFigures {
+    /// Payload bytes through this channel.
+    pub bytes: u64,
+    /// Bytes on the wire through this channel.
+    pub wire_bytes: u64,
+    /// Chunks through this channel.
+    pub chunks: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    channels: BTreeMap<u32, ChannelFigures>,
+    rows: Vec<FileRow>,
+    failures: Vec<FileRow>,
+    scan_errors: Vec<String>,
+    pipeline: &'static str,
+}
+
+/// Thread-safe session statistics.
+#[derive(Debug)]
+pub struct Stats {
+    started: Instant,
+    files_announced: AtomicU64,
+    bytes_announced: AtomicU64,
+    files_done: AtomicU64,
+    files_failed: AtomicU64,
+    files_skipped: AtomicU64,
+    bytes_done: AtomicU64,
+    payload_bytes: AtomicU64,
+    wire_bytes: AtomicU64,
+    chunks_resent: AtomicU64,
+    bytes_resumed: AtomicU64,
+    inner: Mutex<Inner>,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats::new()
+    }
+}
+
+fn hex(d: &[u8]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Stats {
+    /// Starts the clock.
+    pub fn new() -> Stats {
+        Stats {
+            started: Instant::now(),
+            files_announced: AtomicU64::new(0),
+            bytes_announced: AtomicU64::new(0),
+            files_done: AtomicU64::new(0),
+            files_failed: AtomicU64::new(0),
+            files_skipped: AtomicU64::new(0),
+            bytes_done: AtomicU64::new(0),
+            payload_bytes: AtomicU64::new(0),
+            wire_bytes: AtomicU64::new(0),
+            chunks_resent: AtomicU64::new(0),
+            bytes_resumed: AtomicU64::new(0),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records which pipeline ran.
+    pub fn set_pipeline(&self, name: &'static str) {
+        self.inner().pipeline = name;
+    }
+
+    /// A chunk's payload was read (source) or received (sink) in `channel`.
+    pub fn add_payload(&self, channel: u32, bytes: u64) {
+        self.payload_bytes.fetch_add(bytes, Ordering::Relaxed);
+        let mut i = self.inner();
+        let c = i.channels.entry(channel).or_default();
+        c.bytes += bytes;
+        c.chunks += 1;
+    }
+
+    /// Bytes crossed the wire in `channel`.
+    pub fn add_wire(&self, channel: u32, bytes: u64) {
+        self.wire_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.inner().channels.entry(channel).or_default().wire_bytes += bytes;
+    }
+
+    /// The scanner found a file.
+    pub fn file_announced(&self, size: u64) {
+        self.files_announced.fetch_add(1, Ordering::Relaxed);
+        self.bytes_announced.fetch_add(size, Ordering::Relaxed);
+    }
+
+    /// Bytes the sink already held (resume).
+    pub fn resumed_bytes(&self, bytes: u64) {
+        self.bytes_resumed.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// A chunk was sent again after the sink rejected it.
+    pub fn chunk_resent(&self) {
+        self.chunks_resent.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An entry of the tree could not be scanned.
+    pub fn scan_error(&self, msg: &str) {
+        self.files_failed.fetch_add(1, Ordering::Relaxed);
+        let mut i = self.inner();
+        if i.scan_errors.len() < MAX_REPORTED_FILES {
+            i.scan_errors.push(msg.to_string());
+        }
+    }
+
+    /// The source could not read a file; the sink answers with `FileFailed` too, which
+    /// is what counts it. Only logged here.
+    pub fn file_failed_at_source(&self, file_id: u64, msg: &str) {
+        tracing::debug!("file {file_id} failed at the source: {msg}");
+    }
+
+    /// The sink already had the file (no-clobber, update).
+    pub fn file_skipped(&self, entry: &FileEntry) {
+        self.files_skipped.fetch_add(1, Ordering::Relaxed);
+        self.push_row(FileRow {
+            path: entry.path.as_str().to_string(),
+            size: entry.size,
+            status: "skipped",
+            digest: None,
+            error: None,
+        });
+    }
+
+    /// A file ended.
+    pub fn file_done(&self, entry: &FileEntry, outcome: FileOutcome) {
+        match outcome {
+            FileOutcome::Done { digest } => {
+                self.files_done.fetch_add(1, Ordering::Relaxed);
+                self.bytes_done.fetch_add(entry.size, Ordering::Relaxed);
+                self.push_row(FileRow {
+                    path: entry.path.as_str().to_string(),
+                    size: entry.size,
+                    status: "done",
+                    digest: (entry.kind == sluice_wire::FileKind::File).then(|| hex(&digest)),
+                    error: None,
+                });
+            }
+            FileOutcome::Failed { message } => {
+                self.files_failed.fetch_add(1, Ordering::Relaxed);
+                let row = FileRow {
+                    path: entry.path.as_str().to_string(),
+                    size: entry.size,
+                    status: "failed",
+                    digest: None,
+                    error: Some(message),
+                };
+                let mut i = self.inner();
+                if i.failures.len() < MAX_REPORTED_FILES {
+                    i.failures.push(row);
+                }
+            }
+        }
+    }
+
+    fn push_row(&self, row: FileRow) {
+        let mut i = self.inner();
+        if i.rows.len() < MAX_REPORTED_FILES {
+            i.rows.push(row);
+        }
+    }
+
+    /// Files failed so far (scan errors included).
+    pub fn failed(&self) -> u64 {
+        self.files_failed.load(Ordering::Relaxed)
+    }
+
+    /// Payload bytes so far, for progress bars.
+    pub fn payload_bytes(&self) -> u64 {
+        self.payload_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Files finished so far (done, skipped or failed), for progress bars.
+    pub fn files_finished(&self) -> u64 {
+        self.files_done.load(Ordering::Relaxed)
+            + self.files_skipped.load(Ordering::Relaxed)
+            + self.files_failed.load(Ordering::Relaxed)
+    }
+
+    /// Files and bytes the scanner found so far, for progress bars.
+    pub fn announced(&self) -> (u64, u64) {
+        (self.files_announced.load(Ordering::Relaxed), self.bytes_announced.load(Ordering::Relaxed))
+    }
+
+    /// The summary object printed by `--json`.
+    pub fn summary(&self, plan: &sluice_placement::Plan) -> Summary {
+        let seconds = self.started.elapsed().as_secs_f64();
+        let i = self.inner();
+        let bytes = self.payload_bytes.load(Ordering::Relaxed);
+        let files_done = self.files_done.load(Ordering::Relaxed);
+        let files_failed = self.files_failed.load(Ordering::Relaxed);
+        let files_skipped = self.files_skipped.load(Ordering::Relaxed);
+        Summary {
+            ok: files_failed == 0,
+            bytes,
+            wire_bytes: self.wire_bytes.load(Ordering::Relaxed),
+            files: files_done,
+            files_skipped,
+            files_failed,
+            bytes_resumed: self.bytes_resumed.load(Ordering::Relaxed),
+            chunks_resent: self.chunks_resent.load(Ordering::Relaxed),
+            seconds,
+            throughput_bytes_per_sec: if seconds > 0.0 { bytes as f64 / seconds } else { 0.0 },
+            pipeline: i.pipeline,
+            channels: i.channels.clone(),
+            plan: plan.clone(),
+            failures: i.failures.clone(),
+            scan_errors: i.scan_errors.clone(),
+            file_report: i.rows.clone(),
+            file_report_truncated: files_done + files_skipped > i.rows.len() as u64,
+        }
+    }
+}
+
+/// The `--json` summary of a transfer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Whether every file arrived.
+    pub ok: bool,
+    /// Payload bytes moved in this run (resumed bytes not counted).
+    pub bytes: u64,
+    /// Bytes that crossed the network (chunk payloads; equals `bytes` uncompressed).
+    pub wire_bytes: u64,
+    /// Files, directories and links transferred.
+    pub files: u64,
+    /// Files skipped (already present: `--update`, `--no-clobber`).
+    pub files_skipped: u64,
+    /// Files that failed.
+    pub files_failed: u64,
+    /// Bytes the destination already held and were not sent again (`--resume`).
+    pub bytes_resumed: u64,
+    /// Chunks sent again after the sink rejected a corrupted copy.
+    pub chunks_resent: u64,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// `bytes / seconds`.
+    pub throughput_bytes_per_sec: f64,
+    /// `inline` or `queued`.
+    pub pipeline: &'static str,
+    /// Per-channel figures of this side.
+    pub channels: BTreeMap<u32, ChannelFigures>,
+    /// The plan this side used.
+    pub plan: sluice_placement::Plan,
+    /// Every failed file with its error.
+    pub failures: Vec<FileRow>,
+    /// Entries the scanner could not read.
+    pub scan_errors: Vec<String>,
+    /// Per-file rows with digests (at most [`MAX_REPORTED_FILES`]).
+    pub file_report: Vec<FileRow>,
+    /// Whether `file_report` was cut at its limit.
+    pub file_report_truncated: bool,
+}

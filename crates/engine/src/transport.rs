@@ -1,0 +1,349 @@
+//! Frames over TCP: the only place that turns `sluice-wire` frames into socket I/O.
+//!
+//! Control connections carry small frames and go through a [`FrameDecoder`]. Data
+//! connections carry chunks: the 42-byte header and segment table are read exactly, then
+//! the payload is read straight into a NUMA-local buffer slot, so a chunk's bytes are
+//! copied once, by the kernel.
+
+use crate::error::EngineError;
+use sluice_wire::{
+    ChunkHeader, Codec, Frame, FrameDecoder, FrameHeader, FrameType, Segment,
+    CHUNK_HEADER_BYTES, FRAME_HEADER_BYTES,
+};
+use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// Socket buffer size asked for on data connections (the kernel may cap it).
+const DATA_SOCKET_BUFFER_BYTES: usize = 8 << 20;
+
+/// Configures a freshly connected or accepted socket.
+pub fn tune(stream: &TcpStream, data: bool) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    if data {
+        let sock = socket2::SockRef::from(stream);
+        // Best effort: the kernel clamps to net.core.[rw]mem_max.
+        let _ = sock.set_send_buffer_size(DATA_SOCKET_BUFFER_BYTES);
+        let _ = sock.set_recv_buffer_size(DATA_SOCKET_BUFFER_BYTES);
+    }
+    Ok(())
+}
+
+/// The peer's address as text, for messages.
+pub fn peer_name(stream: &TcpStream) -> String {
+    stream.peer_addr().map_or_else(|_| "peer".to_string(), |a| a.to_string())
+}
+
+/// Reads control frames from a connection.
+#[derive(Debug)]
+pub struct FrameReader {
+    stream: TcpStream,
+    decoder: FrameDecoder,
+    scratch: Vec<u8>,
+    peer: String,
+}
+
+impl FrameReader {
+    /// Wraps a connection (a clone of the stream may be written concurrently).
+    pub fn new(stream: TcpStream) -> FrameReader {
+        let peer = peer_name(&stream);
+        FrameReader { stream, decoder: FrameDecoder::new(), scratch: vec![0; 64 << 10], peer }
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// Gives the connection back, for a data connection after its `Join`. Bytes the
+    /// peer sent ahead of our answer would be lost, so the protocol forbids them (the
+    /// client waits for `Joined`); an error says so if any arrived.
+    ///
+    /// # Errors
+    /// [`EngineError::Unexpected`] when bytes are buffered.
+    pub fn into_inner(self) -> Result<TcpStream, EngineError> {
+        if self.decoder.buffered() > 0 {
+            return Err(EngineError::Unexpected {
+                peer: self.peer,
+                got: "data before the join was answered".into(),
+                state: "joining a data connection".into(),
+            });
+        }
+        Ok(self.stream)
+    }
+
+    /// Sets a read timeout (None: block).
+    pub fn set_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.stream.set_read_timeout(t)
+    }
+
+    /// The next frame; `Ok(None)` on a clean end of stream between frames.
+    ///
+    /// # Errors
+    /// A socket error, a malformed frame, or an end of stream inside a frame.
+    pub fn next(&mut self, state: &str) -> Result<Option<Frame>, EngineError> {
+        loop {
+            if let Some(frame) = self.decoder.next() {
+                return frame
+                    .map(Some)
+                    .map_err(|e| EngineError::Protocol { peer: self.peer.clone(), source: e });
+            }
+            // Never read more than the decoder can take, so nothing is ever held back.
+            let room = FrameDecoder::CAPACITY - self.decoder.buffered();
+            let want = room.min(self.scratch.len());
+            if want == 0 || self.decoder.payload_remaining() > 0 {
+                return Err(EngineError::Unexpected {
+                    peer: self.peer.clone(),
+                    got: "a chunk on the control connection".into(),
+                    state: state.to_string(),
+                });
+            }
+            let n = match self.stream.read(&mut self.scratch[..want]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(EngineError::io(
+                        format!("reading from {} while {state}", self.peer),
+                        e,
+                    ))
+                }
+            };
+            if n == 0 {
+                return match self.decoder.finish() {
+                    Ok(()) => Ok(None),
+                    Err(_) => Err(EngineError::Disconnected {
+                        peer: self.peer.clone(),
+                        state: state.to_string(),
+                    }),
+                };
+            }
+            let took = self.decoder.feed(&self.scratch[..n]);
+            debug_assert_eq!(took, n, "read no more than the decoder's room");
+        }
+    }
+}
+
+/// Writes frames to a connection, reusing one encode buffer.
+#[derive(Debug)]
+pub struct FrameWriter {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    peer: String,
+}
+
+impl FrameWriter {
+    /// Wraps a connection.
+    pub fn new(stream: TcpStream) -> FrameWriter {
+        let peer = peer_name(&stream);
+        FrameWriter { stream, buf: Vec::with_capacity(4096), peer }
+    }
+
+    /// Encodes and sends one frame.
+    ///
+    /// # Errors
+    /// The socket write failed.
+    pub fn send<C: Codec>(&mut self, frame: &C) -> Result<(), EngineError> {
+        self.buf.clear();
+        frame.encode(&mut self.buf);
+        self.stream
+            .write_all(&self.buf)
+            .map_err(|e| EngineError::io(format!("sending to {}", self.peer), e))
+    }
+
+    /// Sends bytes already encoded (a handshake state machine's output).
+    ///
+    /// # Errors
+    /// The socket write failed.
+    pub fn send_raw(&mut self, bytes: &[u8]) -> Result<(), EngineError> {
+        self.stream
+            .write_all(bytes)
+            .map_err(|e| EngineError::io(format!("sending to {}", self.peer), e))
+    }
+
+    /// Shuts the write half down (orderly close).
+    pub fn shutdown(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+    }
+
+    /// Another handle to the same connection.
+    ///
+    /// # Errors
+    /// The OS refused to duplicate the socket.
+    pub fn stream_clone(&self) -> Result<TcpStream, EngineError> {
+        self.stream.try_clone().map_err(|e| EngineError::io("cloning a socket", e))
+    }
+}
+
+/// The sending half of a data connection.
+#[derive(Debug)]
+pub struct ChunkSender {
+    stream: TcpStream,
+    head: Vec<u8>,
+    peer: String,
+}
+
+impl ChunkSender {
+    /// Wraps a data connection.
+    pub fn new(stream: TcpStream) -> ChunkSender {
+        let peer = peer_name(&stream);
+        ChunkSender { stream, head: Vec::with_capacity(CHUNK_HEADER_BYTES + 4096), peer }
+    }
+
+    /// Sends a chunk header, its segment table and its payload with vectored writes
+    /// (no copy of the payload in user space).
+    ///
+    /// # Errors
+    /// The socket write failed.
+    pub fn send(
+        &mut self,
+        header: &ChunkHeader,
+        segments: &[Segment],
+        payload: &[u8],
+    ) -> Result<(), EngineError> {
+        self.head.clear();
+        header.encode(&mut self.head);
+        Segment::encode_table(segments, &mut self.head);
+        let mut slices = [IoSlice::new(&self.head), IoSlice::new(payload)];
+        let mut bufs: &mut [IoSlice<'_>] = &mut slices;
+        while !bufs.is_empty() {
+            match self.stream.write_vectored(bufs) {
+                Ok(0) => {
+                    return Err(EngineError::io(
+                        format!("sending a chunk to {}", self.peer),
+                        io::Error::from(io::ErrorKind::WriteZero),
+                    ))
+                }
+                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(EngineError::io(format!("sending a chunk to {}", self.peer), e))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a control frame on the data connection (only `Close`).
+    ///
+    /// # Errors
+    /// The socket write failed.
+    pub fn send_frame<C: Codec>(&mut self, frame: &C) -> Result<(), EngineError> {
+        self.head.clear();
+        frame.encode(&mut self.head);
+        self.stream
+            .write_all(&self.head)
+            .map_err(|e| EngineError::io(format!("sending to {}", self.peer), e))
+    }
+
+    /// Shuts the write half down.
+    pub fn shutdown(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+/// What arrived on a data connection.
+#[derive(Debug)]
+pub enum DataEvent {
+    /// A chunk header; its segment table is in the receiver's `segments()`, and exactly
+    /// `header.wire_len` payload bytes must now be read with [`ChunkReceiver::payload`].
+    Chunk(ChunkHeader),
+    /// Any other frame (the source's `Close`).
+    Frame(Frame),
+    /// The peer closed the connection between frames.
+    End,
+}
+
+/// The receiving half of a data connection.
+#[derive(Debug)]
+pub struct ChunkReceiver {
+    stream: TcpStream,
+    head: Vec<u8>,
+    segments: Vec<Segment>,
+    max_chunk_bytes: u32,
+    peer: String,
+}
+
+impl ChunkReceiver {
+    /// Wraps a data connection accepting chunks up to `max_chunk_bytes`.
+    pub fn new(stream: TcpStream, max_chunk_bytes: u32) -> ChunkReceiver {
+        let peer = peer_name(&stream);
+        ChunkReceiver {
+            stream,
+            head: vec![0; FRAME_HEADER_BYTES],
+            segments: Vec::new(),
+            max_chunk_bytes,
+            peer,
+        }
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// The segment table of the last packed chunk.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    fn read_exact(&mut self, from: usize, to: usize, what: &str) -> Result<bool, EngineError> {
+        let mut filled = from;
+        while filled < to {
+            match self.stream.read(&mut self.head[filled..to]) {
+                Ok(0) if filled == 0 => return Ok(false),
+                Ok(0) => {
+                    return Err(EngineError::Disconnected {
+                        peer: self.peer.clone(),
+                        state: format!("reading {what}"),
+                    })
+                }
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(EngineError::io(format!("reading {what} from {}", self.peer), e))
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads the next frame header (and, for a chunk, its segment table).
+    ///
+    /// # Errors
+    /// A socket error or a malformed frame.
+    pub fn next(&mut self) -> Result<DataEvent, EngineError> {
+        self.head.resize(FRAME_HEADER_BYTES, 0);
+        if !self.read_exact(0, FRAME_HEADER_BYTES, "a frame header")? {
+            return Ok(DataEvent::End);
+        }
+        let protocol = |peer: &str, e| EngineError::Protocol { peer: peer.to_string(), source: e };
+        let (fh, _) = FrameHeader::decode(&self.head).map_err(|e| protocol(&self.peer, e))?;
+        let total = fh.frame_len();
+        self.head.resize(total, 0);
+        self.read_exact(FRAME_HEADER_BYTES, total, "a frame body")?;
+        if fh.frame_type != FrameType::Chunk {
+            let (frame, _) = Frame::decode(&self.head).map_err(|e| protocol(&self.peer, e))?;
+            return Ok(DataEvent::Frame(frame));
+        }
+        let (header, used) = ChunkHeader::decode_limited(&self.head, self.max_chunk_bytes)
+            .map_err(|e| protocol(&self.peer, e))?;
+        Segment::decode_table(&self.head[used..], &header, &mut self.segments)
+            .map_err(|e| protocol(&self.peer, e))?;
+        Ok(DataEvent::Chunk(header))
+    }
+
+    /// Reads exactly `dst.len()` payload bytes straight into `dst` (a buffer slot).
+    ///
+    /// # Errors
+    /// A socket error or an end of stream inside the payload.
+    pub fn payload(&mut self, dst: &mut [u8]) -> Result<(), EngineError> {
+        let peer = &self.peer;
+        self.stream.read_exact(dst).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                EngineError::Disconnected { peer: peer.clone(), state: "reading a chunk payload".into() }
+            } else {
+                EngineError::io(format!("reading a chunk payload from {peer}"), e)
+            }
+        })
+    }
+}
