@@ -64,7 +64,7 @@ pub fn generate(src: &Path, big_bytes: u64, small_files: u32) -> Result<(u64, u6
     let mut f = std::fs::File::create(src.join("big.bin"))?;
     let mut left = big_bytes;
     while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
+        let n = usize::try_from(left).map_or(buf.len(), |l| l.min(buf.len()));
         rng.fill(&mut buf[..n]);
         f.write_all(&buf[..n])?;
         left -= n as u64;

@@ -1,6 +1,6 @@
 //! `sluice cp`: connects to a daemon, opens a session and runs its side of it.
 
-use crate::daemon::{run_role, Role};
+use crate::daemon::{run_role, Connections, Role};
 use crate::error::EngineError;
 use crate::fs::Root;
 use crate::runtime::Runtime;
@@ -9,9 +9,7 @@ use crate::source::ScanSpec;
 use crate::stats::Stats;
 use crate::transport::{self, FrameReader, FrameWriter};
 use crate::SessionOptions;
-use sluice_wire::{
-    ClientJoin, Direction, Frame, Open, OpenOptions, RelPath, Token,
-};
+use sluice_wire::{ClientJoin, Direction, Frame, Open, OpenOptions, RelPath, Token};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -44,16 +42,25 @@ impl Endpoint {
         };
         let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
         if host.is_empty() {
-            return Err(format!("{s:?} has no host: expected sluice://HOST[:PORT]/PATH"));
+            return Err(format!(
+                "{s:?} has no host: expected sluice://HOST[:PORT]/PATH"
+            ));
         }
         let addr = if host.starts_with('[') {
-            if host.contains("]:") { host.to_string() } else { format!("{host}:{DEFAULT_PORT}") }
+            if host.contains("]:") {
+                host.to_string()
+            } else {
+                format!("{host}:{DEFAULT_PORT}")
+            }
         } else if host.contains(':') {
             host.to_string()
         } else {
             format!("{host}:{DEFAULT_PORT}")
         };
-        Ok(Endpoint::Remote { addr, path: path.to_string() })
+        Ok(Endpoint::Remote {
+            addr,
+            path: path.to_string(),
+        })
     }
 }
 
@@ -88,7 +95,10 @@ pub fn copy(
     stats: &Arc<Stats>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let all_local = cfg.sources.iter().all(|s| matches!(s, Endpoint::Local(_)));
-    let all_remote = cfg.sources.iter().all(|s| matches!(s, Endpoint::Remote { .. }));
+    let all_remote = cfg
+        .sources
+        .iter()
+        .all(|s| matches!(s, Endpoint::Remote { .. }));
     match (&cfg.dest, all_local, all_remote) {
         (Endpoint::Remote { addr, path }, true, _) => {
             let several = cfg.sources.len() > 1;
@@ -140,16 +150,27 @@ pub fn copy(
 }
 
 /// The scan spec of a local source path (trailing '/' sends a directory's contents).
-fn local_spec(p: &str, recursive: bool) -> Result<ScanSpec, Box<dyn std::error::Error + Send + Sync>> {
+fn local_spec(
+    p: &str,
+    recursive: bool,
+) -> Result<ScanSpec, Box<dyn std::error::Error + Send + Sync>> {
     let path = PathBuf::from(p);
-    let meta = std::fs::symlink_metadata(&path).map_err(|e| EngineError::io(format!("reading {p:?}"), e))?;
+    let meta = std::fs::symlink_metadata(&path)
+        .map_err(|e| EngineError::io(format!("reading {p:?}"), e))?;
     if meta.is_dir() && !recursive {
-        return Err(Box::new(UsageError(format!("{p:?} is a directory: use -r to copy it"))));
+        return Err(Box::new(UsageError(format!(
+            "{p:?} is a directory: use -r to copy it"
+        ))));
     }
     let contents = p.ends_with('/') && meta.is_dir();
-    let abs = std::fs::canonicalize(&path).map_err(|e| EngineError::io(format!("resolving {p:?}"), e))?;
+    let abs =
+        std::fs::canonicalize(&path).map_err(|e| EngineError::io(format!("resolving {p:?}"), e))?;
     if contents {
-        return Ok(ScanSpec { root: Arc::new(Root::open(&abs)?), start: None, prefix: None });
+        return Ok(ScanSpec {
+            root: Arc::new(Root::open(&abs)?),
+            start: None,
+            prefix: None,
+        });
     }
     let parent = abs.parent().unwrap_or(Path::new("/"));
     let name = abs
@@ -158,7 +179,11 @@ fn local_spec(p: &str, recursive: bool) -> Result<ScanSpec, Box<dyn std::error::
         .ok_or_else(|| UsageError(format!("{p:?} has no usable UTF-8 file name")))?;
     let (start, prefix) = source_start(name).map_err(UsageError)?;
     let _ = RelPath::parse(name).map_err(|e| UsageError(e.to_string()))?;
-    Ok(ScanSpec { root: Arc::new(Root::open(parent)?), start, prefix })
+    Ok(ScanSpec {
+        root: Arc::new(Root::open(parent)?),
+        start,
+        prefix,
+    })
 }
 
 enum Side {
@@ -175,11 +200,18 @@ fn run_session(
     side: Side,
     stats: &Arc<Stats>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let stream = TcpStream::connect(addr).map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
+    let stream = TcpStream::connect(addr)
+        .map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
     transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
-    let mut writer = FrameWriter::new(stream.try_clone().map_err(|e| EngineError::io("cloning a socket", e))?);
+    let mut writer = FrameWriter::new(
+        stream
+            .try_clone()
+            .map_err(|e| EngineError::io("cloning a socket", e))?,
+    );
     let mut reader = FrameReader::new(stream);
-    reader.set_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(|e| EngineError::io("setting a timeout", e))?;
+    reader
+        .set_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(|e| EngineError::io("setting a timeout", e))?;
     let est = session::client_handshake(&mut reader, &mut writer, cfg.token.clone())?;
     let open = Open {
         direction,
@@ -199,7 +231,12 @@ fn run_session(
     writer.send(&Frame::Open(open))?;
     let accept = match reader.next("waiting for Accept")? {
         Some(Frame::Accept(a)) => a,
-        Some(Frame::Error(e)) => return Err(Box::new(EngineError::Remote { code: e.code, message: e.message })),
+        Some(Frame::Error(e)) => {
+            return Err(Box::new(EngineError::Remote {
+                code: e.code,
+                message: e.message,
+            }))
+        }
         Some(other) => {
             return Err(Box::new(EngineError::Unexpected {
                 peer: addr.to_string(),
@@ -208,32 +245,56 @@ fn run_session(
             }))
         }
         None => {
-            return Err(Box::new(EngineError::Disconnected { peer: addr.to_string(), state: "waiting for Accept".into() }))
+            return Err(Box::new(EngineError::Disconnected {
+                peer: addr.to_string(),
+                state: "waiting for Accept".into(),
+            }))
         }
     };
     let key = est.join_key(&accept.session_secret);
     let mut conns = Vec::new();
     for i in 0..accept.streams() {
-        let s = TcpStream::connect(addr).map_err(|e| EngineError::io(format!("opening data connection {i} to {addr}"), e))?;
+        let s = TcpStream::connect(addr)
+            .map_err(|e| EngineError::io(format!("opening data connection {i} to {addr}"), e))?;
         transport::tune(&s, true).map_err(|e| EngineError::io("configuring a socket", e))?;
-        let mut join = ClientJoin::new(&accept, &key, i)
-            .map_err(|e| EngineError::Handshake { peer: addr.to_string(), message: e.to_string() })?;
+        let mut join = ClientJoin::new(&accept, &key, i).map_err(|e| EngineError::Handshake {
+            peer: addr.to_string(),
+            message: e.to_string(),
+        })?;
         let mut out = Vec::new();
         join.start(&mut out);
-        let mut w = FrameWriter::new(s.try_clone().map_err(|e| EngineError::io("cloning a socket", e))?);
+        let mut w = FrameWriter::new(
+            s.try_clone()
+                .map_err(|e| EngineError::io("cloning a socket", e))?,
+        );
         w.send_raw(&out)?;
         let mut r = FrameReader::new(s);
-        r.set_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(|e| EngineError::io("setting a timeout", e))?;
-        let frame = r.next("joining")?.ok_or_else(|| EngineError::Disconnected { peer: addr.to_string(), state: "joining".into() })?;
+        r.set_timeout(Some(HANDSHAKE_TIMEOUT))
+            .map_err(|e| EngineError::io("setting a timeout", e))?;
+        let frame = r
+            .next("joining")?
+            .ok_or_else(|| EngineError::Disconnected {
+                peer: addr.to_string(),
+                state: "joining".into(),
+            })?;
         if let Frame::Error(e) = &frame {
-            return Err(Box::new(EngineError::Remote { code: e.code, message: e.message.clone() }));
+            return Err(Box::new(EngineError::Remote {
+                code: e.code,
+                message: e.message.clone(),
+            }));
         }
-        join.handle(&frame).map_err(|e| EngineError::Handshake { peer: addr.to_string(), message: e.to_string() })?;
+        join.handle(&frame).map_err(|e| EngineError::Handshake {
+            peer: addr.to_string(),
+            message: e.to_string(),
+        })?;
         let s = r.into_inner()?;
-        s.set_read_timeout(None).map_err(|e| EngineError::io("clearing a timeout", e))?;
+        s.set_read_timeout(None)
+            .map_err(|e| EngineError::io("clearing a timeout", e))?;
         conns.push(s);
     }
-    reader.set_timeout(None).map_err(|e| EngineError::io("clearing a timeout", e))?;
+    reader
+        .set_timeout(None)
+        .map_err(|e| EngineError::io("clearing a timeout", e))?;
     let control_stream = writer.stream_clone()?;
     let mut opts = cfg.opts.clone();
     opts.streams = accept.streams();
@@ -241,6 +302,11 @@ fn run_session(
         Side::Source(specs) => Role::Source(specs),
         Side::Sink { root, dest } => Role::Sink { root, dest },
     };
-    run_role(role, runtime, &opts, accept.chunk_bytes, reader, control_stream, conns, stats)?;
+    let conns = Connections {
+        reader,
+        control_stream,
+        data: conns,
+    };
+    run_role(role, runtime, &opts, accept.chunk_bytes, conns, stats)?;
     Ok(())
 }

@@ -31,28 +31,32 @@ impl ControlTx {
 
 /// Starts the writer thread for `stream`. Dropping every [`ControlTx`] ends it after the
 /// queue is flushed; its result says whether all frames went out.
-pub fn spawn_writer(stream: TcpStream) -> std::io::Result<(ControlTx, JoinHandle<Result<(), EngineError>>)> {
+pub fn spawn_writer(
+    stream: TcpStream,
+) -> std::io::Result<(ControlTx, JoinHandle<Result<(), EngineError>>)> {
     let (tx, rx) = bounded::<Frame>(CONTROL_QUEUE_FRAMES);
-    let handle = std::thread::Builder::new().name("control-tx".into()).spawn(move || {
-        let peer = crate::transport::peer_name(&stream);
-        let mut stream = stream;
-        let mut buf = Vec::with_capacity(64 << 10);
-        while let Ok(frame) = rx.recv() {
-            buf.clear();
-            frame.encode(&mut buf);
-            // Batch whatever else is already queued.
-            while buf.len() < CONTROL_BATCH_BYTES {
-                match rx.try_recv() {
-                    Ok(f) => f.encode(&mut buf),
-                    Err(_) => break,
+    let handle = std::thread::Builder::new()
+        .name("control-tx".into())
+        .spawn(move || {
+            let peer = crate::transport::peer_name(&stream);
+            let mut stream = stream;
+            let mut buf = Vec::with_capacity(64 << 10);
+            while let Ok(frame) = rx.recv() {
+                buf.clear();
+                frame.encode(&mut buf);
+                // Batch whatever else is already queued.
+                while buf.len() < CONTROL_BATCH_BYTES {
+                    match rx.try_recv() {
+                        Ok(f) => f.encode(&mut buf),
+                        Err(_) => break,
+                    }
                 }
+                stream
+                    .write_all(&buf)
+                    .map_err(|e| EngineError::io(format!("sending control frames to {peer}"), e))?;
             }
-            stream
-                .write_all(&buf)
-                .map_err(|e| EngineError::io(format!("sending control frames to {peer}"), e))?;
-        }
-        Ok(())
-    })?;
+            Ok(())
+        })?;
     Ok((ControlTx { tx }, handle))
 }
 
@@ -70,24 +74,37 @@ pub enum ControlEvent {
 /// Starts the reader thread; its events arrive on the returned receiver.
 pub fn spawn_reader(mut reader: FrameReader) -> std::io::Result<Receiver<ControlEvent>> {
     let (tx, rx) = bounded(CONTROL_QUEUE_FRAMES);
-    std::thread::Builder::new().name("control-rx".into()).spawn(move || loop {
-        match reader.next("running the session") {
-            Ok(Some(frame)) => {
-                if tx.send(ControlEvent::Frame(frame)).is_err() {
+    std::thread::Builder::new()
+        .name("control-rx".into())
+        .spawn(move || loop {
+            match reader.next("running the session") {
+                Ok(Some(frame)) => {
+                    if tx.send(ControlEvent::Frame(frame)).is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => {
+                    let _ = tx.send(ControlEvent::Closed);
+                    return;
+                }
+                Err(e) => {
+                    let _ = tx.send(ControlEvent::Failed(e));
                     return;
                 }
             }
-            Ok(None) => {
-                let _ = tx.send(ControlEvent::Closed);
-                return;
-            }
-            Err(e) => {
-                let _ = tx.send(ControlEvent::Failed(e));
-                return;
-            }
-        }
-    })?;
+        })?;
     Ok(rx)
+}
+
+/// The control plane as the two halves of a session see it.
+#[derive(Debug, Clone, Copy)]
+pub struct Wiring<'a> {
+    /// Frames to the peer.
+    pub control: &'a ControlTx,
+    /// Frames from the peer.
+    pub events: &'a Receiver<ControlEvent>,
+    /// Where the session counts.
+    pub stats: &'a std::sync::Arc<crate::stats::Stats>,
 }
 
 /// Writes one frame synchronously (handshake phase, before the writer thread exists).

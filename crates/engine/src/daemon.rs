@@ -5,7 +5,7 @@
 //! streams. A malformed frame, a wrong secret or a failed session ends that connection
 //! only; the daemon keeps serving.
 
-use crate::control::{spawn_reader, spawn_writer};
+use crate::control::{spawn_reader, spawn_writer, Wiring};
 use crate::error::EngineError;
 use crate::fs::Root;
 use crate::runtime::Runtime;
@@ -15,9 +15,7 @@ use crate::stats::Stats;
 use crate::transport::{self, ChunkReceiver, ChunkSender, FrameReader, FrameWriter};
 use crate::SessionOptions;
 use crossbeam_channel::{bounded, Sender};
-use sluice_wire::{
-    Accept, Direction, ErrorCode, ErrorFrame, Frame, JoinTable, Token, MAX_STREAMS,
-};
+use sluice_wire::{Accept, Direction, ErrorCode, ErrorFrame, Frame, JoinTable, Token, MAX_STREAMS};
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -74,17 +72,22 @@ pub fn serve(listener: TcpListener, cfg: ServeConfig) -> Result<(), EngineError>
         if daemon.connections.fetch_add(1, Ordering::SeqCst) >= daemon.cfg.max_connections {
             daemon.connections.fetch_sub(1, Ordering::SeqCst);
             let mut w = FrameWriter::new(stream);
-            let _ = w.send(&ErrorFrame::new(ErrorCode::Busy, "too many connections; try again later"));
+            let _ = w.send(&ErrorFrame::new(
+                ErrorCode::Busy,
+                "too many connections; try again later",
+            ));
             continue;
         }
         let d = Arc::clone(&daemon);
-        let spawned = std::thread::Builder::new().name("conn".into()).spawn(move || {
-            let peer = transport::peer_name(&stream);
-            if let Err(e) = d.handle(stream) {
-                tracing::warn!("{peer}: {e}");
-            }
-            d.connections.fetch_sub(1, Ordering::SeqCst);
-        });
+        let spawned = std::thread::Builder::new()
+            .name("conn".into())
+            .spawn(move || {
+                let peer = transport::peer_name(&stream);
+                if let Err(e) = d.handle(stream) {
+                    tracing::warn!("{peer}: {e}");
+                }
+                d.connections.fetch_sub(1, Ordering::SeqCst);
+            });
         if let Err(e) = spawned {
             tracing::warn!("cannot start a connection thread: {e}");
             daemon.connections.fetch_sub(1, Ordering::SeqCst);
@@ -96,7 +99,9 @@ pub fn serve(listener: TcpListener, cfg: ServeConfig) -> Result<(), EngineError>
 impl Daemon {
     fn handle(&self, stream: TcpStream) -> Result<(), EngineError> {
         let _ = transport::tune(&stream, false);
-        let writer_stream = stream.try_clone().map_err(|e| EngineError::io("cloning a socket", e))?;
+        let writer_stream = stream
+            .try_clone()
+            .map_err(|e| EngineError::io("cloning a socket", e))?;
         let mut writer = FrameWriter::new(writer_stream);
         let mut reader = FrameReader::new(stream);
         let _ = reader.set_timeout(Some(HANDSHAKE_TIMEOUT));
@@ -130,9 +135,17 @@ impl Daemon {
     }
 
     /// A data connection presenting a session's secret.
-    fn join(&self, join: sluice_wire::Join, reader: FrameReader, mut writer: FrameWriter) -> Result<(), EngineError> {
+    fn join(
+        &self,
+        join: sluice_wire::Join,
+        reader: FrameReader,
+        mut writer: FrameWriter,
+    ) -> Result<(), EngineError> {
         let mut out = Vec::new();
-        let mut pending = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(p) = pending.get_mut(&join.session_id) else {
             drop(pending);
             let _ = writer.send(&ErrorFrame::new(ErrorCode::JoinRejected, "no such session"));
@@ -157,7 +170,12 @@ impl Daemon {
     }
 
     /// A control connection: handshake, open, accept, wait for streams, run.
-    fn session(&self, hello: Frame, reader: &mut FrameReader, writer: &mut FrameWriter) -> Result<(), EngineError> {
+    fn session(
+        &self,
+        hello: Frame,
+        reader: &mut FrameReader,
+        writer: &mut FrameWriter,
+    ) -> Result<(), EngineError> {
         let est = session::server_handshake(hello, reader, writer, self.cfg.token.clone())?;
         let open = match reader.next("waiting for Open")? {
             Some(Frame::Open(o)) => o,
@@ -170,7 +188,10 @@ impl Daemon {
             }
             None => return Ok(()),
         };
-        let bad_path = |msg: String| EngineError::Remote { code: ErrorCode::PathOutsideRoot, message: msg };
+        let bad_path = |msg: String| EngineError::Remote {
+            code: ErrorCode::PathOutsideRoot,
+            message: msg,
+        };
         // Validate the path before anything is allocated or created.
         let raw = open.path.clone();
         let runtime = &self.cfg.runtime;
@@ -192,13 +213,17 @@ impl Daemon {
             Direction::Push => {
                 let root = &self.root;
                 let dest = DestMap::for_destination(&raw, |p| {
-                    root.entry_metadata(p).is_ok_and(|m| m.kind == crate::fs::EntryKind::Dir)
+                    root.entry_metadata(p)
+                        .is_ok_and(|m| m.kind == crate::fs::EntryKind::Dir)
                 })
-                    .map_err(|m| bad_path(format!("destination {raw:?}: {m}")))?;
+                .map_err(|m| bad_path(format!("destination {raw:?}: {m}")))?;
                 if let Some(base) = &dest.base {
                     self.root.create_dir_all(base, 0o755)?;
                 }
-                Role::Sink { root: Arc::clone(&self.root), dest }
+                Role::Sink {
+                    root: Arc::clone(&self.root),
+                    dest,
+                }
             }
             Direction::Pull => {
                 let (start, prefix) =
@@ -211,7 +236,11 @@ impl Daemon {
                         });
                     }
                 }
-                Role::Source(vec![ScanSpec { root: Arc::clone(&self.root), start, prefix }])
+                Role::Source(vec![ScanSpec {
+                    root: Arc::clone(&self.root),
+                    start,
+                    prefix,
+                }])
             }
         };
         let accept = Accept {
@@ -225,7 +254,13 @@ impl Daemon {
         self.pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(accept.session_id, Pending { table: JoinTable::new(&accept, est.join_key(&accept.session_secret)), streams: tx });
+            .insert(
+                accept.session_id,
+                Pending {
+                    table: JoinTable::new(&accept, est.join_key(&accept.session_secret)),
+                    streams: tx,
+                },
+            );
         writer.send(&Frame::Accept(accept.clone()))?;
         // Collect the data connections.
         let mut conns: Vec<Option<TcpStream>> = (0..streams).map(|_| None).collect();
@@ -244,7 +279,10 @@ impl Daemon {
                 Err(_) => break,
             }
         }
-        self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&accept.session_id);
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&accept.session_id);
         if got < usize::from(streams) {
             return Err(EngineError::Handshake {
                 peer: reader.peer().to_string(),
@@ -256,8 +294,12 @@ impl Daemon {
         let control_stream = writer.stream_clone()?;
         let reader = std::mem::replace(reader, FrameReader::new(writer.stream_clone()?));
         let stats = Arc::new(Stats::new());
-        let result =
-            run_role(role, runtime, &opts, chunk_bytes, reader, control_stream, conns, &stats);
+        let conns = Connections {
+            reader,
+            control_stream,
+            data: conns,
+        };
+        let result = run_role(role, runtime, &opts, chunk_bytes, conns, &stats);
         let s = stats.summary(runtime.plan());
         tracing::info!(
             "session {} done: {} files, {} bytes in {:.2} s, {} failed",
@@ -284,29 +326,50 @@ pub(crate) enum Role {
     Source(Vec<ScanSpec>),
 }
 
+/// A session's connections once every data connection has joined.
+pub(crate) struct Connections {
+    /// The control connection's reading half.
+    pub reader: FrameReader,
+    /// A handle of the control connection for the writer thread.
+    pub control_stream: TcpStream,
+    /// The data connections in stream order.
+    pub data: Vec<TcpStream>,
+}
+
 /// Runs one side of a session once its connections are up, counting into `stats`.
 pub(crate) fn run_role(
     role: Role,
     runtime: &Arc<Runtime>,
     opts: &SessionOptions,
     chunk_bytes: u32,
-    reader: FrameReader,
-    control_stream: TcpStream,
-    conns: Vec<TcpStream>,
+    conns: Connections,
     stats: &Arc<Stats>,
 ) -> Result<(), EngineError> {
+    let Connections {
+        reader,
+        control_stream,
+        data: conns,
+    } = conns;
     let events =
         spawn_reader(reader).map_err(|e| EngineError::io("starting the control reader", e))?;
     let (control, writer_thread) = spawn_writer(control_stream)
         .map_err(|e| EngineError::io("starting the control writer", e))?;
+    let wiring = Wiring {
+        control: &control,
+        events: &events,
+        stats,
+    };
     let result = match role {
         Role::Sink { root, dest } => {
-            let conns = conns.into_iter().map(|c| ChunkReceiver::new(c, chunk_bytes)).collect();
-            crate::sink::run(runtime, root, dest, opts, &control, &events, conns, stats)
+            let conns = conns
+                .into_iter()
+                .map(|c| ChunkReceiver::new(c, chunk_bytes))
+                .collect();
+            crate::sink::run(runtime, root, dest, opts, wiring, conns)
         }
         Role::Source(spec) => {
             let conns = conns.into_iter().map(ChunkSender::new).collect();
-            crate::source::run(runtime, spec, opts, &control, &events, conns, stats)
+            crate::source::run(runtime, spec, opts, wiring, conns)
         }
     };
     if let Err(e) = &result {

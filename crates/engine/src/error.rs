@@ -81,7 +81,10 @@ pub enum EngineError {
 impl EngineError {
     /// Wraps an I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: io::Error) -> EngineError {
-        EngineError::Io { context: context.into(), source }
+        EngineError::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     /// The wire error code that reports this error to the peer.

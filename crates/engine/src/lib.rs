@@ -22,8 +22,8 @@ pub mod transport;
 
 pub use error::EngineError;
 pub use runtime::Runtime;
-pub use stats::Summary;
 pub use sluice_wire::Compression;
+pub use stats::Summary;
 
 /// How chunks travel from the thread that read them to the socket (seed 003).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -44,9 +44,17 @@ impl Runtime {
             if ch.buffer_bytes < plan.chunk_bytes {
                 continue;
             }
-            let pool = BufferPool::new(ch.numa_node, ch.buffer_bytes, slot_bytes)
-                .map_err(|e| EngineError::Buffers { channel: ch.id, source: e })?;
-            channels.push(ChannelRuntime { id: ch.id, node: ch.numa_node, pool: Arc::new(pool) });
+            let pool = BufferPool::new(ch.numa_node, ch.buffer_bytes, slot_bytes).map_err(|e| {
+                EngineError::Buffers {
+                    channel: ch.id,
+                    source: e,
+                }
+            })?;
+            channels.push(ChannelRuntime {
+                id: ch.id,
+                node: ch.numa_node,
+                pool: Arc::new(pool),
+            });
         }
         if channels.is_empty() {
             return Err(EngineError::Config(format!(
@@ -55,7 +63,11 @@ impl Runtime {
             )));
         }
         let allowed_cpus = sluice_affinity::allowed_cpus().unwrap_or_default();
-        Ok(Runtime { plan, channels, allowed_cpus })
+        Ok(Runtime {
+            plan,
+            channels,
+            allowed_cpus,
+        })
     }
 
     /// The plan this runtime realises.
@@ -115,13 +127,17 @@ impl Runtime {
             .thread_plan(role, index)
             .and_then(|(_, t)| t.cpus.clone())
             .or_else(|| Some(self.allowed_cpus.clone()).filter(|c| !c.is_empty()));
-        std::thread::Builder::new().name(format!("{role}-{index}")).spawn(move || {
-            if let Some(cpus) = cpus {
-                if let Err(e) = sluice_affinity::bind_current_thread(&cpus) {
-                    tracing::warn!("cannot pin {role} {index} to CPUs {cpus:?}: {e}; running unbound");
+        std::thread::Builder::new()
+            .name(format!("{role}-{index}"))
+            .spawn(move || {
+                if let Some(cpus) = cpus {
+                    if let Err(e) = sluice_affinity::bind_current_thread(&cpus) {
+                        tracing::warn!(
+                            "cannot pin {role} {index} to CPUs {cpus:?}: {e}; running unbound"
+                        );
+                    }
                 }
-            }
-            f()
-        })
+                f()
+            })
     }
 }

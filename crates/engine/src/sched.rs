@@ -85,7 +85,9 @@ pub struct Scheduler {
 
 impl std::fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scheduler").field("chunk_bytes", &self.chunk_bytes).finish_non_exhaustive()
+        f.debug_struct("Scheduler")
+            .field("chunk_bytes", &self.chunk_bytes)
+            .finish_non_exhaustive()
     }
 }
 
@@ -106,7 +108,9 @@ impl Scheduler {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether the master may add another file without exceeding the bounds.
@@ -136,7 +140,12 @@ impl Scheduler {
             // Packs are released when full, or by `flush` when the scanner pauses.
         } else {
             let count = chunk_count(file.size, self.chunk_bytes);
-            s.files.push_back(Active { file, next: 0, count, skip });
+            s.files.push_back(Active {
+                file,
+                next: 0,
+                count,
+                skip,
+            });
         }
         drop(s);
         self.ready.notify_all();
@@ -254,7 +263,13 @@ impl Scheduler {
             s.in_flight.resize(t + 1, 0);
         }
         s.in_flight[t] += 1;
-        Some(Work::Chunk { file, index, offset, len, target })
+        Some(Work::Chunk {
+            file,
+            index,
+            offset,
+            len,
+            target,
+        })
     }
 
     /// A chunk read from `target` has finished.

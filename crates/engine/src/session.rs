@@ -19,13 +19,19 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 pub fn random<const N: usize>() -> Result<[u8; N], EngineError> {
     let mut b = [0u8; N];
     getrandom::fill(&mut b).map_err(|e| {
-        EngineError::io("reading the OS random source", std::io::Error::other(e.to_string()))
+        EngineError::io(
+            "reading the OS random source",
+            std::io::Error::other(e.to_string()),
+        )
     })?;
     Ok(b)
 }
 
 fn handshake_error(peer: &str, e: impl std::fmt::Display) -> EngineError {
-    EngineError::Handshake { peer: peer.to_string(), message: e.to_string() }
+    EngineError::Handshake {
+        peer: peer.to_string(),
+        message: e.to_string(),
+    }
 }
 
 /// Runs the client handshake on a fresh control connection.
@@ -42,10 +48,12 @@ pub fn client_handshake(
     hs.start(&mut out);
     writer.send_raw(&out)?;
     loop {
-        let frame = reader.next("handshaking")?.ok_or_else(|| EngineError::Disconnected {
-            peer: reader.peer().to_string(),
-            state: "handshaking".into(),
-        })?;
+        let frame = reader
+            .next("handshaking")?
+            .ok_or_else(|| EngineError::Disconnected {
+                peer: reader.peer().to_string(),
+                state: "handshaking".into(),
+            })?;
         out.clear();
         let status = hs.handle(&frame, &mut out);
         if !out.is_empty() {
@@ -81,10 +89,12 @@ pub fn server_handshake(
             HandshakeStatus::Done(est) => return Ok(est),
             HandshakeStatus::InProgress => {}
         }
-        frame = reader.next("handshaking")?.ok_or_else(|| EngineError::Disconnected {
-            peer: reader.peer().to_string(),
-            state: "handshaking".into(),
-        })?;
+        frame = reader
+            .next("handshaking")?
+            .ok_or_else(|| EngineError::Disconnected {
+                peer: reader.peer().to_string(),
+                state: "handshaking".into(),
+            })?;
     }
 }
 
@@ -122,16 +132,25 @@ impl DestMap {
     ///
     /// # Errors
     /// The path is not a valid relative path.
-    pub fn for_destination(raw: &str, is_dir: impl Fn(&RelPath) -> bool) -> Result<DestMap, String> {
+    pub fn for_destination(
+        raw: &str,
+        is_dir: impl Fn(&RelPath) -> bool,
+    ) -> Result<DestMap, String> {
         let trimmed = raw.trim_matches('/');
         if trimmed.is_empty() {
             return Ok(DestMap::default());
         }
         let rel = RelPath::parse(trimmed).map_err(|e| e.to_string())?;
         if raw.ends_with('/') || is_dir(&rel) {
-            return Ok(DestMap { base: Some(rel), rename_top: None });
+            return Ok(DestMap {
+                base: Some(rel),
+                rename_top: None,
+            });
         }
-        Ok(DestMap { base: rel.parent(), rename_top: Some(rel.file_name().to_string()) })
+        Ok(DestMap {
+            base: rel.parent(),
+            rename_top: Some(rel.file_name().to_string()),
+        })
     }
 }
 
@@ -181,7 +200,10 @@ mod tests {
     #[test]
     fn trailing_slash_sends_contents() {
         assert_eq!(source_start("data/").unwrap(), (Some(rp("data")), None));
-        assert_eq!(source_start("a/data").unwrap(), (Some(rp("a/data")), Some(rp("data"))));
+        assert_eq!(
+            source_start("a/data").unwrap(),
+            (Some(rp("a/data")), Some(rp("data")))
+        );
         assert_eq!(source_start("/").unwrap(), (None, None));
         assert!(source_start("../x").is_err());
     }

@@ -7,10 +7,10 @@
 //! it itself (inline) or hands it to the channel's io-write threads (queued). A file is
 //! renamed into place only when every chunk is written (and, with `--verify`, re-read).
 
-use crate::control::{ControlEvent, ControlTx};
+use crate::control::{ControlEvent, ControlTx, Wiring};
 use crate::error::EngineError;
-use crate::fs::{self as sinkfs, Clobber, Incoming, ResumeMode, SinkFile};
 use crate::fs::Root;
+use crate::fs::{self as sinkfs, Clobber, Incoming, ResumeMode, SinkFile};
 use crate::runtime::Runtime;
 use crate::session::DestMap;
 use crate::stats::{FileOutcome, Stats};
@@ -20,9 +20,9 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_wire::{
-    chunk_checksum, chunk_count, ChunkHeader, ChunkNack, ChunkSet, CloseAck, ErrorCode,
-    FileDigest, FileDone, FileEntry, FileFailed, FileKind, Frame, Have, HaveState, RelPath,
-    Segment, SkipReason,
+    chunk_checksum, chunk_count, chunk_range, ChunkHeader, ChunkNack, ChunkSet, CloseAck,
+    ErrorCode, FileDigest, FileDone, FileEntry, FileFailed, FileKind, Frame, Have, HaveState,
+    RelPath, Segment, SkipReason,
 };
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
@@ -62,18 +62,27 @@ struct Table {
 
 impl Table {
     fn insert(&self, e: Arc<Entry>) {
-        self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(e.entry.file_id, e);
+        self.map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(e.entry.file_id, e);
         self.added.notify_all();
     }
 
     fn remove(&self, id: u64) -> Option<Arc<Entry>> {
-        self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id)
+        self.map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&id)
     }
 
     /// The entry for `id`, waiting for the manifest to announce it.
     fn wait(&self, id: u64, abort: &AtomicBool) -> Option<Arc<Entry>> {
         let deadline = Instant::now() + ENTRY_WAIT;
-        let mut map = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self
+            .map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
             if let Some(e) = map.get(&id) {
                 return Some(Arc::clone(e));
@@ -119,11 +128,14 @@ pub fn run(
     root: Arc<Root>,
     dest: DestMap,
     opts: &SessionOptions,
-    control: &ControlTx,
-    events: &Receiver<ControlEvent>,
+    wiring: Wiring<'_>,
     conns: Vec<ChunkReceiver>,
-    stats: &Arc<Stats>,
 ) -> Result<(), EngineError> {
+    let Wiring {
+        control,
+        events,
+        stats,
+    } = wiring;
     let shared = Arc::new(Shared {
         root,
         dest,
@@ -147,8 +159,10 @@ pub fn run(
     if !inline {
         for w in 0..opts.io_threads.max(1) {
             let (channel, pool) = runtime.pool_for(Role::IoWrite, w);
-            let (_, rx) =
-                queues.entry(channel).or_insert_with(|| bounded(pool.slots() as usize)).clone();
+            let (_, rx) = queues
+                .entry(channel)
+                .or_insert_with(|| bounded(pool.slots() as usize))
+                .clone();
             let shared = Arc::clone(&shared);
             threads.push(
                 runtime
@@ -174,7 +188,7 @@ pub fn run(
             runtime
                 .spawn(Role::NetRecv, i, move || -> Result<(), EngineError> {
                     loop {
-                        let header = match conn.next()? {
+                        let header = match conn.next_event()? {
                             DataEvent::Chunk(h) => h,
                             DataEvent::Frame(_) | DataEvent::End => return Ok(()),
                         };
@@ -196,7 +210,11 @@ pub fn run(
                         shared.stats.add_payload(channel, u64::from(header.raw_len));
                         match &queue {
                             Some(q) if !inline => {
-                                let inc = Received { header, segments: conn.segments().to_vec(), slot };
+                                let inc = Received {
+                                    header,
+                                    segments: conn.segments().to_vec(),
+                                    slot,
+                                };
                                 if q.send(inc).is_err() {
                                     return Ok(());
                                 }
@@ -281,7 +299,11 @@ fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot
                 shared.opts.fsync,
                 clobber(&shared.opts),
             );
-            finish_entry(shared, &e, result.map(|()| digest).map_err(|err| err.to_string()));
+            finish_entry(
+                shared,
+                &e,
+                result.map(|()| digest).map_err(|err| err.to_string()),
+            );
         }
         return;
     }
@@ -351,7 +373,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn incoming(shared: &Shared, entry: &FileEntry) -> Incoming {
-    Incoming { size: entry.size, mtime_ns: entry.mtime_ns, chunk_bytes: shared.chunk_bytes }
+    Incoming {
+        size: entry.size,
+        mtime_ns: entry.mtime_ns,
+        chunk_bytes: shared.chunk_bytes,
+    }
 }
 
 /// Marks a file failed (keeping its partial for resume) and reports it.
@@ -370,7 +396,11 @@ fn fail_entry(shared: &Shared, e: &Entry, message: String) {
 fn complete_locked(shared: &Shared, e: &Entry, mut st: std::sync::MutexGuard<'_, EntryState>) {
     st.done = true;
     let file = st.file.take();
-    let digest = st.digest.as_ref().and_then(|d| d.finish().ok()).unwrap_or_default();
+    let digest = st
+        .digest
+        .as_ref()
+        .and_then(|d| d.finish().ok())
+        .unwrap_or_default();
     drop(st);
     let Some(mut file) = file else {
         finish_entry(shared, e, Err("internal: file handle missing".to_string()));
@@ -391,7 +421,12 @@ fn complete_locked(shared: &Shared, e: &Entry, mut st: std::sync::MutexGuard<'_,
 }
 
 /// Verifies (with `--verify`: re-reads the written file) and renames into place.
-fn complete_file(shared: &Shared, e: &Entry, f: SinkFile, digest: [u8; 16]) -> Result<[u8; 16], String> {
+fn complete_file(
+    shared: &Shared,
+    e: &Entry,
+    f: SinkFile,
+    digest: [u8; 16],
+) -> Result<[u8; 16], String> {
     if shared.opts.verify {
         let reread = reread_digest(f.file(), e.entry.size, shared.chunk_bytes)
             .map_err(|err| format!("re-reading {:?} to verify it: {err}", e.dest.as_str()))?;
@@ -403,23 +438,36 @@ fn complete_file(shared: &Shared, e: &Entry, f: SinkFile, digest: [u8; 16]) -> R
             ));
         }
     }
-    f.finish(e.entry.mode, e.entry.mtime_ns, shared.opts.fsync).map_err(|err| err.to_string())?;
+    f.finish(e.entry.mode, e.entry.mtime_ns, shared.opts.fsync)
+        .map_err(|err| err.to_string())?;
     Ok(digest)
 }
 
 /// The per-file digest of a file's current content, read back chunk by chunk.
+/// Uses one scratch buffer per writer thread, allocated on its first `--verify`.
 fn reread_digest(file: &std::fs::File, size: u64, chunk_bytes: u32) -> std::io::Result<[u8; 16]> {
-    let count = chunk_count(size, chunk_bytes);
-    let mut sums = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
-    let mut buf = vec![0u8; chunk_bytes as usize];
-    let mut offset = 0u64;
-    while offset < size {
-        let len = (size - offset).min(u64::from(chunk_bytes)) as usize;
-        file.read_exact_at(&mut buf[..len], offset)?;
-        sums.push(chunk_checksum(&buf[..len]));
-        offset += len as u64;
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    Ok(FileDigest::of_ordered(&sums))
+    let count = chunk_count(size, chunk_bytes);
+    let mut digest = FileDigest::new(count).map_err(|e| std::io::Error::other(e.to_string()))?;
+    SCRATCH.with(|scratch| {
+        let mut buf = scratch.borrow_mut();
+        buf.resize(chunk_bytes as usize, 0);
+        for index in 0..count {
+            let Some((offset, len)) = chunk_range(size, chunk_bytes, index) else {
+                break;
+            };
+            let len = len as usize;
+            file.read_exact_at(&mut buf[..len], offset)?;
+            digest
+                .add(index, chunk_checksum(&buf[..len]))
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        }
+        digest
+            .finish()
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    })
 }
 
 fn clobber(opts: &SessionOptions) -> Clobber {
@@ -435,14 +483,29 @@ fn finish_entry(shared: &Shared, e: &Entry, result: Result<[u8; 16], String>) {
     shared.table.remove(e.entry.file_id);
     match result {
         Ok(digest) => {
-            shared.control.send(Frame::FileDone(FileDone { file_id: e.entry.file_id, digest }));
-            shared.stats.file_done(&e.entry, FileOutcome::Done { digest });
+            shared.control.send(Frame::FileDone(FileDone {
+                file_id: e.entry.file_id,
+                digest,
+            }));
+            shared
+                .stats
+                .file_done(&e.entry, FileOutcome::Done { digest });
         }
         Err(message) => {
             tracing::warn!("{message}");
-            let code = if message.contains("No space left") { ErrorCode::NoSpace } else { ErrorCode::Io };
-            shared.control.send(Frame::FileFailed(FileFailed::new(e.entry.file_id, code, message.clone())));
-            shared.stats.file_done(&e.entry, FileOutcome::Failed { message });
+            let code = if message.contains("No space left") {
+                ErrorCode::NoSpace
+            } else {
+                ErrorCode::Io
+            };
+            shared.control.send(Frame::FileFailed(FileFailed::new(
+                e.entry.file_id,
+                code,
+                message.clone(),
+            )));
+            shared
+                .stats
+                .file_done(&e.entry, FileOutcome::Failed { message });
         }
     }
 }
@@ -466,7 +529,10 @@ fn master(shared: &Arc<Shared>, events: &Receiver<ControlEvent>) -> Result<(), E
         let frame = match ev {
             ControlEvent::Frame(f) => f,
             ControlEvent::Closed => {
-                return Err(EngineError::Disconnected { peer: "source".into(), state: "receiving files".into() })
+                return Err(EngineError::Disconnected {
+                    peer: "source".into(),
+                    state: "receiving files".into(),
+                })
             }
             ControlEvent::Failed(e) => return Err(e),
         };
@@ -484,7 +550,9 @@ fn master(shared: &Arc<Shared>, events: &Receiver<ControlEvent>) -> Result<(), E
                     st.done = true;
                     st.file = None; // dropped = abandoned: the partial stays for resume
                     drop(st);
-                    shared.stats.file_done(&e.entry, FileOutcome::Failed { message: f.message });
+                    shared
+                        .stats
+                        .file_done(&e.entry, FileOutcome::Failed { message: f.message });
                 }
             }
             Frame::Close(_) => {
@@ -495,7 +563,12 @@ fn master(shared: &Arc<Shared>, events: &Receiver<ControlEvent>) -> Result<(), E
                 shared.control.send(Frame::CloseAck(CloseAck));
                 return Ok(());
             }
-            Frame::Error(e) => return Err(EngineError::Remote { code: e.code, message: e.message }),
+            Frame::Error(e) => {
+                return Err(EngineError::Remote {
+                    code: e.code,
+                    message: e.message,
+                })
+            }
             other => tracing::debug!("sink ignores {:?}", other.frame_type()),
         }
     }
@@ -530,12 +603,26 @@ fn announce(shared: &Arc<Shared>, entry: FileEntry, negotiate: bool, dirs: &mut 
             if r.is_ok() {
                 dirs.0.push((dest, entry.mtime_ns));
             }
-            finish_entry(shared, &e, r.map(|()| [0; 16]).map_err(|err| err.to_string()));
+            finish_entry(
+                shared,
+                &e,
+                r.map(|()| [0; 16]).map_err(|err| err.to_string()),
+            );
         }
         FileKind::Symlink => {
             let target = entry.symlink_target.clone().unwrap_or_default();
-            let r = sinkfs::make_symlink(&shared.root, &dest, &target, entry.mtime_ns, clobber(&shared.opts));
-            finish_entry(shared, &e, r.map(|()| [0; 16]).map_err(|err| err.to_string()));
+            let r = sinkfs::make_symlink(
+                &shared.root,
+                &dest,
+                &target,
+                entry.mtime_ns,
+                clobber(&shared.opts),
+            );
+            finish_entry(
+                shared,
+                &e,
+                r.map(|()| [0; 16]).map_err(|err| err.to_string()),
+            );
         }
         FileKind::File if entry.size == 0 => {
             if skip_existing(shared, &e) {
@@ -550,7 +637,12 @@ fn announce(shared: &Arc<Shared>, entry: FileEntry, negotiate: bool, dirs: &mut 
                 shared.opts.fsync,
                 clobber(&shared.opts),
             );
-            finish_entry(shared, &e, r.map(|()| FileDigest::of_ordered(&[])).map_err(|err| err.to_string()));
+            finish_entry(
+                shared,
+                &e,
+                r.map(|()| FileDigest::of_ordered(&[]))
+                    .map_err(|err| err.to_string()),
+            );
         }
         FileKind::File => {
             let count = chunk_count(entry.size, shared.chunk_bytes);
@@ -564,13 +656,21 @@ fn announce(shared: &Arc<Shared>, entry: FileEntry, negotiate: bool, dirs: &mut 
                 if skip_existing(shared, &e) {
                     return;
                 }
-                let state = if shared.opts.resume { resume_state(shared, &e, count) } else { HaveState::Missing };
+                let state = if shared.opts.resume {
+                    resume_state(shared, &e, count)
+                } else {
+                    HaveState::Missing
+                };
                 if let HaveState::Partial { .. } = &state {
                     tracing::info!("resuming {:?}", dest.as_str());
                 }
-                let all_held = matches!(&state, HaveState::Partial { .. }) && lock(&e.state).remaining == 0;
+                let all_held =
+                    matches!(&state, HaveState::Partial { .. }) && lock(&e.state).remaining == 0;
                 shared.table.insert(Arc::clone(&e));
-                shared.control.send(Frame::Have(Have { file_id: entry.file_id, state }));
+                shared.control.send(Frame::Have(Have {
+                    file_id: entry.file_id,
+                    state,
+                }));
                 if all_held {
                     // The partial already holds every chunk: no data will come.
                     complete_locked(shared, &e, lock(&e.state));
@@ -585,18 +685,16 @@ fn announce(shared: &Arc<Shared>, entry: FileEntry, negotiate: bool, dirs: &mut 
 /// `--no-clobber` / `--update`: answers `Skip` for a destination that stays.
 fn skip_existing(shared: &Shared, e: &Arc<Entry>) -> bool {
     let entry = &e.entry;
-    let reason = if shared.opts.no_clobber && shared.root.exists(&e.dest).unwrap_or(false) {
-        Some(SkipReason::Exists)
-    } else if shared.opts.update
-        && sinkfs::same_size_and_mtime(&shared.root, &e.dest, entry.size, entry.mtime_ns)
-    {
-        Some(SkipReason::Exists)
-    } else {
-        None
-    };
+    let exists = shared.opts.no_clobber && shared.root.exists(&e.dest).unwrap_or(false);
+    let same = shared.opts.update
+        && sinkfs::same_size_and_mtime(&shared.root, &e.dest, entry.size, entry.mtime_ns);
+    let reason = (exists || same).then_some(SkipReason::Exists);
     match reason {
         Some(r) => {
-            shared.control.send(Frame::Have(Have { file_id: entry.file_id, state: HaveState::Skip(r) }));
+            shared.control.send(Frame::Have(Have {
+                file_id: entry.file_id,
+                state: HaveState::Skip(r),
+            }));
             shared.stats.file_skipped(entry);
             true
         }
@@ -620,7 +718,9 @@ fn resume_state(shared: &Shared, e: &Arc<Entry>, count: u64) -> HaveState {
             if held.is_empty() {
                 return HaveState::Missing;
             }
-            let Some(mut set) = ChunkSet::new(count) else { return HaveState::Missing };
+            let Some(mut set) = ChunkSet::new(count) else {
+                return HaveState::Missing;
+            };
             for (index, checksum) in &held {
                 if set.insert(*index) {
                     if let Some(r) = st.received.as_mut() {
@@ -632,10 +732,17 @@ fn resume_state(shared: &Shared, e: &Arc<Entry>, count: u64) -> HaveState {
                 }
             }
             st.remaining = count - set.len();
-            HaveState::Partial { size: entry.size, mtime_ns: entry.mtime_ns, chunks: set }
+            HaveState::Partial {
+                size: entry.size,
+                mtime_ns: entry.mtime_ns,
+                chunks: set,
+            }
         }
         Err(err) => {
-            tracing::warn!("cannot resume {:?}: {err}; sending it whole", e.dest.as_str());
+            tracing::warn!(
+                "cannot resume {:?}: {err}; sending it whole",
+                e.dest.as_str()
+            );
             HaveState::Missing
         }
     }

@@ -6,11 +6,11 @@
 //! them themselves (Tyche's inline path) or hand them to the channel's net-send threads
 //! through a bounded queue (the queued pipeline).
 
-use crate::control::{ControlEvent, ControlTx};
+use crate::control::{ControlEvent, ControlTx, Wiring};
 use crate::error::EngineError;
 use crate::fs::layout::{BlockDeviceLayout, Layout, SimulatedStripes, TargetTable};
-use crate::fs::Scanner;
 use crate::fs::Root;
+use crate::fs::Scanner;
 use crate::runtime::Runtime;
 use crate::sched::{Scheduler, SrcFile, Work};
 use crate::stats::{FileOutcome, Stats};
@@ -80,11 +80,14 @@ pub fn run(
     runtime: &Arc<Runtime>,
     specs: Vec<ScanSpec>,
     opts: &SessionOptions,
-    control: &ControlTx,
-    events: &Receiver<ControlEvent>,
+    wiring: Wiring<'_>,
     conns: Vec<ChunkSender>,
-    stats: &Arc<Stats>,
 ) -> Result<(), EngineError> {
+    let Wiring {
+        control,
+        events,
+        stats,
+    } = wiring;
     let chunk_bytes = runtime.chunk_bytes();
     let sched = Arc::new(Scheduler::new(chunk_bytes, SMALL_FILE_MAX_BYTES));
     let layouts = layouts_of(&specs);
@@ -98,7 +101,10 @@ pub fn run(
         let i = u32::try_from(i).unwrap_or(u32::MAX);
         let (channel, _) = runtime.pool_for(Role::NetSend, i);
         let conn = Arc::new(Mutex::new(c));
-        by_channel.entry(channel).or_default().push(Arc::clone(&conn));
+        by_channel
+            .entry(channel)
+            .or_default()
+            .push(Arc::clone(&conn));
         all.push(conn);
     }
     let inline = match opts.pipeline {
@@ -124,17 +130,23 @@ pub fn run(
             let conn = Arc::clone(conn);
             let stats = Arc::clone(stats);
             let abort = Arc::clone(&abort);
-            threads.push(runtime.spawn(Role::NetSend, i, move || -> Result<(), EngineError> {
-                while let Ok(out) = rx.recv() {
-                    if abort.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let mut c = conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
-                    stats.add_wire(channel, u64::from(out.header.wire_len));
-                }
-                Ok(())
-            }).map_err(|e| EngineError::io("starting a net-send thread", e))?);
+            threads.push(
+                runtime
+                    .spawn(Role::NetSend, i, move || -> Result<(), EngineError> {
+                        while let Ok(out) = rx.recv() {
+                            if abort.load(Ordering::Relaxed) {
+                                break;
+                            }
+                            let mut c = conn
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                            c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
+                            stats.add_wire(channel, u64::from(out.header.wire_len));
+                        }
+                        Ok(())
+                    })
+                    .map_err(|e| EngineError::io("starting a net-send thread", e))?,
+            );
         }
     }
 
@@ -145,7 +157,10 @@ pub fn run(
         let stats = Arc::clone(stats);
         let abort = Arc::clone(&abort);
         let control = control.clone();
-        let own: Vec<Arc<Conn>> = by_channel.get(&channel).cloned().unwrap_or_else(|| all.clone());
+        let own: Vec<Arc<Conn>> = by_channel
+            .get(&channel)
+            .cloned()
+            .unwrap_or_else(|| all.clone());
         let queue = queues
             .get(&channel)
             .or_else(|| queues.values().next())
@@ -168,17 +183,22 @@ pub fn run(
                         };
                         let mut slot = pool.acquire();
                         segments.clear();
-                        let (header, target) = match read_work(&work, &mut slot, &mut segments, &control, &stats) {
-                            Some(h) => h,
-                            None => continue,
-                        };
+                        let (header, target) =
+                            match read_work(&work, &mut slot, &mut segments, &control, &stats) {
+                                Some(h) => h,
+                                None => continue,
+                            };
                         if let Some(t) = target {
                             sched.done(t);
                         }
                         stats.add_payload(channel, u64::from(header.raw_len));
                         match &queue {
                             Some(q) if !inline => {
-                                let out = Outgoing { header, segments: segments.clone(), slot };
+                                let out = Outgoing {
+                                    header,
+                                    segments: segments.clone(),
+                                    slot,
+                                };
                                 if q.send(out).is_err() {
                                     return Ok(());
                                 }
@@ -197,7 +217,9 @@ pub fn run(
                                 }
                                 if !sent {
                                     let conn = &own[rr % n];
-                                    let mut c = conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                                    let mut c = conn
+                                        .lock()
+                                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                                     c.send(&header, &segments, slot.filled_bytes())?;
                                 }
                                 rr = rr.wrapping_add(1);
@@ -231,8 +253,12 @@ pub fn run(
     }
     // Tell the sink that no more chunks follow on each data connection.
     for conn in &all {
-        let mut c = conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _ = c.send_frame(&Close { reason: CloseReason::Done });
+        let mut c = conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = c.send_frame(&Close {
+            reason: CloseReason::Done,
+        });
         c.shutdown();
     }
     result?;
@@ -240,14 +266,19 @@ pub fn run(
         return Err(e);
     }
     // Orderly close: the sink sets directory times, then acknowledges.
-    control.send(Frame::Close(Close { reason: CloseReason::Done }));
+    control.send(Frame::Close(Close {
+        reason: CloseReason::Done,
+    }));
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match events.recv_timeout(left) {
             Ok(ControlEvent::Frame(Frame::CloseAck(_))) => return Ok(()),
             Ok(ControlEvent::Frame(Frame::Error(e))) => {
-                return Err(EngineError::Remote { code: e.code, message: e.message })
+                return Err(EngineError::Remote {
+                    code: e.code,
+                    message: e.message,
+                })
             }
             Ok(ControlEvent::Frame(_)) => {}
             Ok(ControlEvent::Closed) | Err(_) => {
@@ -271,7 +302,13 @@ fn read_work(
     stats: &Stats,
 ) -> Option<(ChunkHeader, Option<u32>)> {
     match work {
-        Work::Chunk { file, index: _, offset, len, target } => {
+        Work::Chunk {
+            file,
+            index: _,
+            offset,
+            len,
+            target,
+        } => {
             let len = *len as usize;
             let result = file
                 .root
@@ -299,27 +336,38 @@ fn read_work(
             let mut filled = 0usize;
             let mut first = None;
             for f in files {
-                let len = f.size as usize;
+                let (Ok(len), Ok(seg_len)) = (usize::try_from(f.size), u32::try_from(f.size))
+                else {
+                    fail_file(control, stats, f, "too large to pack");
+                    continue;
+                };
                 if filled + len > slot.len() {
                     fail_file(control, stats, f, "grew past the pack while being read");
                     continue;
                 }
-                let r = f.root.open_read(&f.src_path).map_err(|e| e.to_string()).and_then(|h| {
-                    let meta_len = h.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
-                    if meta_len != f.size {
-                        return Err(format!(
-                            "{:?} changed size during the transfer ({} -> {meta_len} bytes)",
-                            f.src_path.as_str(),
-                            f.size
-                        ));
-                    }
-                    read_full_at(&h, &mut slot[filled..filled + len], 0)
-                        .map_err(|e| format!("reading {:?}: {e}", f.src_path.as_str()))
-                });
+                let r = f
+                    .root
+                    .open_read(&f.src_path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|h| {
+                        let meta_len = h.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+                        if meta_len != f.size {
+                            return Err(format!(
+                                "{:?} changed size during the transfer ({} -> {meta_len} bytes)",
+                                f.src_path.as_str(),
+                                f.size
+                            ));
+                        }
+                        read_full_at(&h, &mut slot[filled..filled + len], 0)
+                            .map_err(|e| format!("reading {:?}: {e}", f.src_path.as_str()))
+                    });
                 match r {
                     Ok(()) => {
                         first.get_or_insert(f.id);
-                        segments.push(Segment { file_id: f.id, len: f.size as u32 });
+                        segments.push(Segment {
+                            file_id: f.id,
+                            len: seg_len,
+                        });
                         filled += len;
                     }
                     Err(msg) => fail_file(control, stats, f, &msg),
@@ -338,7 +386,11 @@ fn read_work(
 
 fn fail_file(control: &ControlTx, stats: &Stats, file: &SrcFile, msg: &str) {
     tracing::warn!("{msg}");
-    control.send(Frame::FileFailed(FileFailed::new(file.id, ErrorCode::Io, msg)));
+    control.send(Frame::FileFailed(FileFailed::new(
+        file.id,
+        ErrorCode::Io,
+        msg,
+    )));
     stats.file_failed_at_source(file.id, msg);
 }
 
@@ -476,7 +528,10 @@ fn master(
                     if !manifest.is_empty() {
                         control.send(Frame::Manifest(std::mem::take(&mut manifest)));
                     }
-                    control.send(Frame::ManifestEnd(ManifestEnd { files: files_total, bytes: bytes_total }));
+                    control.send(Frame::ManifestEnd(ManifestEnd {
+                        files: files_total,
+                        bytes: bytes_total,
+                    }));
                     sched.flush();
                 }
             }
@@ -496,7 +551,9 @@ fn schedule(
     sched: &Scheduler,
 ) {
     let s = &specs[spec];
-    let Some(src_path) = source_path(s, &entry.path) else { return };
+    let Some(src_path) = source_path(s, &entry.path) else {
+        return;
+    };
     let file = Arc::new(SrcFile {
         id: entry.file_id,
         root: Arc::clone(&s.root),
@@ -518,20 +575,29 @@ fn handle_event(
     let frame = match ev {
         ControlEvent::Frame(f) => f,
         ControlEvent::Closed => {
-            return Err(EngineError::Disconnected { peer: "sink".into(), state: "sending files".into() })
+            return Err(EngineError::Disconnected {
+                peer: "sink".into(),
+                state: "sending files".into(),
+            })
         }
         ControlEvent::Failed(e) => return Err(e),
     };
     match frame {
         Frame::Have(have) => {
-            let Some((spec, entry)) = pending.get(&have.file_id).cloned() else { return Ok(()) };
+            let Some((spec, entry)) = pending.get(&have.file_id).cloned() else {
+                return Ok(());
+            };
             match have.state {
                 HaveState::Missing => {
                     if entry.kind == FileKind::File && entry.size > 0 {
                         schedule(specs, layouts, spec, &entry, None, sched);
                     }
                 }
-                HaveState::Partial { size, mtime_ns, chunks } => {
+                HaveState::Partial {
+                    size,
+                    mtime_ns,
+                    chunks,
+                } => {
                     // The partial is only trusted if the source has not changed since.
                     let same = size == entry.size && mtime_ns == entry.mtime_ns;
                     if same {
@@ -547,12 +613,22 @@ fn handle_event(
         }
         Frame::FileDone(done) => {
             if let Some((_, entry)) = pending.remove(&done.file_id) {
-                stats.file_done(&entry, FileOutcome::Done { digest: done.digest });
+                stats.file_done(
+                    &entry,
+                    FileOutcome::Done {
+                        digest: done.digest,
+                    },
+                );
             }
         }
         Frame::FileFailed(f) => {
             if let Some((_, entry)) = pending.remove(&f.file_id) {
-                stats.file_done(&entry, FileOutcome::Failed { message: f.message.clone() });
+                stats.file_done(
+                    &entry,
+                    FileOutcome::Failed {
+                        message: f.message.clone(),
+                    },
+                );
             }
         }
         Frame::ChunkNack(nack) => {
@@ -573,17 +649,27 @@ fn handle_event(
                         Work::Pack(vec![file])
                     } else {
                         let index = nack.offset / chunk;
-                        let len = u32::try_from((entry.size - nack.offset.min(entry.size)).min(chunk))
-                            .unwrap_or(0);
+                        let len =
+                            u32::try_from((entry.size - nack.offset.min(entry.size)).min(chunk))
+                                .unwrap_or(0);
                         let target = file.layout.target(nack.offset).0;
-                        Work::Chunk { file, index, offset: nack.offset, len, target }
+                        Work::Chunk {
+                            file,
+                            index,
+                            offset: nack.offset,
+                            len,
+                            target,
+                        }
                     };
                     sched.retry(work);
                 }
             }
         }
         Frame::Error(e) => {
-            return Err(EngineError::Remote { code: e.code, message: e.message });
+            return Err(EngineError::Remote {
+                code: e.code,
+                message: e.message,
+            });
         }
         other => {
             tracing::debug!("source ignores {:?}", other.frame_type());
@@ -603,7 +689,10 @@ fn layouts_of(specs: &[ScanSpec]) -> Vec<Arc<dyn Layout>> {
                 Ok(l) => Arc::new(l),
                 Err(e) => {
                     tracing::debug!("no block device for {}: {e}", s.root.path().display());
-                    Arc::new(SimulatedStripes { stripe_bytes: u64::MAX, targets: Vec::new() })
+                    Arc::new(SimulatedStripes {
+                        stripe_bytes: u64::MAX,
+                        targets: Vec::new(),
+                    })
                 }
             }
         })

@@ -110,7 +110,9 @@ impl Stats {
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Records which pipeline ran.
@@ -233,7 +235,10 @@ impl Stats {
 
     /// Files and bytes the scanner found so far, for progress bars.
     pub fn announced(&self) -> (u64, u64) {
-        (self.files_announced.load(Ordering::Relaxed), self.bytes_announced.load(Ordering::Relaxed))
+        (
+            self.files_announced.load(Ordering::Relaxed),
+            self.bytes_announced.load(Ordering::Relaxed),
+        )
     }
 
     /// The summary object printed by `--json`.
@@ -254,7 +259,11 @@ impl Stats {
             bytes_resumed: self.bytes_resumed.load(Ordering::Relaxed),
             chunks_resent: self.chunks_resent.load(Ordering::Relaxed),
             seconds,
-            throughput_bytes_per_sec: if seconds > 0.0 { bytes as f64 / seconds } else { 0.0 },
+            throughput_bytes_per_sec: if seconds > 0.0 {
+                bytes as f64 / seconds
+            } else {
+                0.0
+            },
             pipeline: i.pipeline,
             channels: i.channels.clone(),
             plan: plan.clone(),

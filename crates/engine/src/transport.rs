@@ -7,8 +7,8 @@
 
 use crate::error::EngineError;
 use sluice_wire::{
-    ChunkHeader, Codec, Frame, FrameDecoder, FrameHeader, FrameType, Segment,
-    CHUNK_HEADER_BYTES, FRAME_HEADER_BYTES,
+    ChunkHeader, Codec, Frame, FrameDecoder, FrameHeader, FrameType, Segment, CHUNK_HEADER_BYTES,
+    FRAME_HEADER_BYTES,
 };
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
@@ -31,7 +31,9 @@ pub fn tune(stream: &TcpStream, data: bool) -> io::Result<()> {
 
 /// The peer's address as text, for messages.
 pub fn peer_name(stream: &TcpStream) -> String {
-    stream.peer_addr().map_or_else(|_| "peer".to_string(), |a| a.to_string())
+    stream
+        .peer_addr()
+        .map_or_else(|_| "peer".to_string(), |a| a.to_string())
 }
 
 /// Reads control frames from a connection.
@@ -47,7 +49,12 @@ impl FrameReader {
     /// Wraps a connection (a clone of the stream may be written concurrently).
     pub fn new(stream: TcpStream) -> FrameReader {
         let peer = peer_name(&stream);
-        FrameReader { stream, decoder: FrameDecoder::new(), scratch: vec![0; 64 << 10], peer }
+        FrameReader {
+            stream,
+            decoder: FrameDecoder::new(),
+            scratch: vec![0; 64 << 10],
+            peer,
+        }
     }
 
     /// The peer's address.
@@ -84,9 +91,10 @@ impl FrameReader {
     pub fn next(&mut self, state: &str) -> Result<Option<Frame>, EngineError> {
         loop {
             if let Some(frame) = self.decoder.next() {
-                return frame
-                    .map(Some)
-                    .map_err(|e| EngineError::Protocol { peer: self.peer.clone(), source: e });
+                return frame.map(Some).map_err(|e| EngineError::Protocol {
+                    peer: self.peer.clone(),
+                    source: e,
+                });
             }
             // Never read more than the decoder can take, so nothing is ever held back.
             let room = FrameDecoder::CAPACITY - self.decoder.buffered();
@@ -135,7 +143,11 @@ impl FrameWriter {
     /// Wraps a connection.
     pub fn new(stream: TcpStream) -> FrameWriter {
         let peer = peer_name(&stream);
-        FrameWriter { stream, buf: Vec::with_capacity(4096), peer }
+        FrameWriter {
+            stream,
+            buf: Vec::with_capacity(4096),
+            peer,
+        }
     }
 
     /// Encodes and sends one frame.
@@ -170,7 +182,9 @@ impl FrameWriter {
     /// # Errors
     /// The OS refused to duplicate the socket.
     pub fn stream_clone(&self) -> Result<TcpStream, EngineError> {
-        self.stream.try_clone().map_err(|e| EngineError::io("cloning a socket", e))
+        self.stream
+            .try_clone()
+            .map_err(|e| EngineError::io("cloning a socket", e))
     }
 }
 
@@ -186,7 +200,11 @@ impl ChunkSender {
     /// Wraps a data connection.
     pub fn new(stream: TcpStream) -> ChunkSender {
         let peer = peer_name(&stream);
-        ChunkSender { stream, head: Vec::with_capacity(CHUNK_HEADER_BYTES + 4096), peer }
+        ChunkSender {
+            stream,
+            head: Vec::with_capacity(CHUNK_HEADER_BYTES + 4096),
+            peer,
+        }
     }
 
     /// Sends a chunk header, its segment table and its payload with vectored writes
@@ -216,7 +234,10 @@ impl ChunkSender {
                 Ok(n) => IoSlice::advance_slices(&mut bufs, n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    return Err(EngineError::io(format!("sending a chunk to {}", self.peer), e))
+                    return Err(EngineError::io(
+                        format!("sending a chunk to {}", self.peer),
+                        e,
+                    ))
                 }
             }
         }
@@ -300,7 +321,10 @@ impl ChunkReceiver {
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    return Err(EngineError::io(format!("reading {what} from {}", self.peer), e))
+                    return Err(EngineError::io(
+                        format!("reading {what} from {}", self.peer),
+                        e,
+                    ))
                 }
             }
         }
@@ -311,12 +335,15 @@ impl ChunkReceiver {
     ///
     /// # Errors
     /// A socket error or a malformed frame.
-    pub fn next(&mut self) -> Result<DataEvent, EngineError> {
+    pub fn next_event(&mut self) -> Result<DataEvent, EngineError> {
         self.head.resize(FRAME_HEADER_BYTES, 0);
         if !self.read_exact(0, FRAME_HEADER_BYTES, "a frame header")? {
             return Ok(DataEvent::End);
         }
-        let protocol = |peer: &str, e| EngineError::Protocol { peer: peer.to_string(), source: e };
+        let protocol = |peer: &str, e| EngineError::Protocol {
+            peer: peer.to_string(),
+            source: e,
+        };
         let (fh, _) = FrameHeader::decode(&self.head).map_err(|e| protocol(&self.peer, e))?;
         let total = fh.frame_len();
         self.head.resize(total, 0);
@@ -340,7 +367,10 @@ impl ChunkReceiver {
         let peer = &self.peer;
         self.stream.read_exact(dst).map_err(|e| {
             if e.kind() == io::ErrorKind::UnexpectedEof {
-                EngineError::Disconnected { peer: peer.clone(), state: "reading a chunk payload".into() }
+                EngineError::Disconnected {
+                    peer: peer.clone(),
+                    state: "reading a chunk payload".into(),
+                }
             } else {
                 EngineError::io(format!("reading a chunk payload from {peer}"), e)
             }
