@@ -188,7 +188,8 @@ fn extract(topology: &Topology, source: &TopologySource) -> Result<Machine, Topo
     };
 
     let node_indexes: Vec<u32> = numa.iter().map(|(index, _)| *index).collect();
-    let mut rows = distance_rows(topology, &node_indexes).into_iter();
+    let sysfs = is_this.then(Sysfs::system);
+    let mut rows = node_distances(topology, &node_indexes, sysfs.as_ref()).into_iter();
     let mut nodes = Vec::with_capacity(numa.len());
     for (os_index, node) in &numa {
         let node_set = node.cpuset().map(|s| s.clone_target()).unwrap_or_default();
@@ -231,8 +232,8 @@ fn extract(topology: &Topology, source: &TopologySource) -> Result<Machine, Topo
         .collect();
 
     let (mut nics, mut block_devices) = io_devices(topology);
-    if is_this {
-        complete_from_sysfs(&Sysfs::system(), &mut nics, &mut block_devices);
+    if let Some(sysfs) = &sysfs {
+        complete_from_sysfs(sysfs, &mut nics, &mut block_devices);
     }
     nics.sort_by(|a, b| a.name.cmp(&b.name));
     block_devices.sort_by(|a, b| a.name.cmp(&b.name));
@@ -306,6 +307,29 @@ fn local_memory_bytes(node: &TopologyObject) -> u64 {
         Some(ObjectAttributes::NUMANode(attrs)) => attrs.local_memory().map_or(0, |m| m.get()),
         _ => 0,
     }
+}
+
+/// One distance row per node of `node_indexes` (in that order): hwloc's matrix
+/// ([`distance_rows`]); else, on this machine (`sysfs` given), the kernel's rows in
+/// `/sys/devices/system/node/nodeN/distance`; else, for a single node, `[10]` (a node's
+/// distance to itself, as in the ACPI SLIT). Several nodes without any matrix keep
+/// empty rows: inventing remote distances would mislead the planner and the operator.
+fn node_distances(
+    topology: &Topology,
+    node_indexes: &[u32],
+    sysfs: Option<&Sysfs>,
+) -> Vec<Vec<u32>> {
+    let rows = distance_rows(topology, node_indexes);
+    if rows.iter().any(|r| !r.is_empty()) {
+        return rows;
+    }
+    if let Some(rows) = sysfs.and_then(|s| s.node_distances(node_indexes)) {
+        return rows;
+    }
+    if node_indexes.len() == 1 {
+        return vec![vec![10]];
+    }
+    rows
 }
 
 /// One distance row per node of `node_indexes` (in that order), from hwloc's NUMA
@@ -512,6 +536,13 @@ mod tests {
         let m = discover(&TopologySource::Synthetic("pack:2 numa:1 pu:2".into())).unwrap();
         assert!(m.nodes.iter().all(|n| n.distances.is_empty()));
         assert_eq!(m.distance(0, 1), 20);
+    }
+
+    #[test]
+    fn a_single_node_without_a_matrix_is_at_distance_10_from_itself() {
+        let m = discover(&TopologySource::Synthetic("core:2 pu:1".into())).unwrap();
+        assert_eq!(m.nodes.len(), 1);
+        assert_eq!(m.nodes[0].distances, vec![10]);
     }
 
     #[test]

@@ -50,7 +50,11 @@ pub struct Node {
     /// Local memory in bytes (0 for a node hwloc reports without memory).
     pub memory_bytes: u64,
     /// Row of the distance matrix for this node, in the order of [`Machine::nodes`]
-    /// (10 = local, as in the ACPI SLIT). Empty when the source has no distances.
+    /// (10 = local, as in the ACPI SLIT): hwloc's matrix, else on this machine the
+    /// kernel's `/sys/devices/system/node/nodeN/distance` row, else `[10]` for a
+    /// single-node machine. Empty only when a machine of several nodes has no distances
+    /// at all (a synthetic or XML topology without a matrix); [`Machine::distance`] then
+    /// falls back to 10 local / 20 remote.
     pub distances: Vec<u32>,
 }
 

@@ -148,6 +148,35 @@ impl Sysfs {
         whole_disk_of_dir(&dir)
     }
 
+    /// The NUMA distance matrix between `nodes` (OS indexes), one row per node in that
+    /// order, from `/sys/devices/system/node/nodeN/distance`. Each of those files is a
+    /// space-separated row over the *online* nodes in ascending order
+    /// (`devices/system/node/online`), so the columns are picked by position in that
+    /// list. `None` when a file is missing or unreadable, a row's length does not match
+    /// the online list, or one of `nodes` is not online: a partial matrix would be
+    /// worse than none.
+    pub(crate) fn node_distances(&self, nodes: &[u32]) -> Option<Vec<Vec<u32>>> {
+        let online = crate::cpulist::parse(&self.read("devices/system/node/online")?).ok()?;
+        let columns: Vec<usize> = nodes
+            .iter()
+            .map(|n| online.iter().position(|o| o == n))
+            .collect::<Option<_>>()?;
+        nodes
+            .iter()
+            .map(|n| {
+                let text = self.read(format!("devices/system/node/node{n}/distance"))?;
+                let row: Vec<u32> = text
+                    .split_whitespace()
+                    .map(|v| v.parse().ok())
+                    .collect::<Option<_>>()?;
+                if row.len() != online.len() {
+                    return None;
+                }
+                Some(columns.iter().map(|&c| row[c]).collect())
+            })
+            .collect()
+    }
+
     /// The NUMA node of the device behind the link `rel`: the first `numa_node` file
     /// found walking up from the device (a virtio device has it one level up on its PCI
     /// function, a SCSI disk a few levels up on its HBA). `-1` means unknown.
@@ -348,6 +377,31 @@ pub(crate) mod tests {
         assert_eq!(s.whole_disk_of_dev(8, 1).as_deref(), Some("sda"));
         assert_eq!(s.whole_disk_of_dev(254, 0).as_deref(), Some("vda"));
         assert_eq!(s.whole_disk_of_dev(9, 9), None);
+    }
+
+    #[test]
+    fn reads_node_distances_by_online_position() {
+        let t = TempDir::new("distance");
+        let r = &t.0;
+        write(r, "devices/system/node/online", "0-1,3\n");
+        write(r, "devices/system/node/node0/distance", "10 21 31\n");
+        write(r, "devices/system/node/node1/distance", "21 10 31\n");
+        write(r, "devices/system/node/node3/distance", "31 31 10\n");
+        let s = Sysfs::at(r);
+        assert_eq!(
+            s.node_distances(&[0, 1, 3]),
+            Some(vec![vec![10, 21, 31], vec![21, 10, 31], vec![31, 31, 10]])
+        );
+        // Nodes hidden from the process (cgroup mems) are skipped by column.
+        assert_eq!(
+            s.node_distances(&[0, 3]),
+            Some(vec![vec![10, 31], vec![31, 10]])
+        );
+        // A node that is not online, a short row, or no file at all: no matrix.
+        assert_eq!(s.node_distances(&[2]), None);
+        write(r, "devices/system/node/node1/distance", "21 10\n");
+        assert_eq!(s.node_distances(&[0, 1]), None);
+        assert_eq!(Sysfs::at(r.join("missing")).node_distances(&[0]), None);
     }
 
     #[test]

@@ -221,6 +221,17 @@ fn this_machine_has_a_node_cpus_and_loopback() {
     assert!(!m.nodes.is_empty());
     assert!(!m.allowed_cpus.is_empty());
     assert!(m.nodes.iter().any(|n| n.memory_bytes > 0));
+    // Distances come from hwloc or, failing that, from the kernel's rows in sysfs; a
+    // one-node machine always has its own row, `[10]` (the JSON contract's example).
+    for (i, node) in m.nodes.iter().enumerate() {
+        assert_eq!(
+            node.distances.len(),
+            m.nodes.len(),
+            "node {}",
+            node.os_index
+        );
+        assert_eq!(node.distances[i], 10, "node {}", node.os_index);
+    }
     let lo = m.nic("lo").expect("lo is listed from sysfs");
     assert_eq!(lo.numa_node, None);
     assert_eq!(lo.mac, None);
