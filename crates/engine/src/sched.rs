@@ -1,16 +1,17 @@
 //! The source's master scheduler (seed 000's MT): hands chunk work to I/O threads.
 //!
 //! Large files are cut into file-relative chunks; small files are packed back to back
-//! into one chunk (seed 002's "large virtual file"). I/O threads ask for work; among the
-//! first few active files, the chunk whose storage target has the fewest reads in flight
-//! goes first (LADS's layout-aware scheduling, seed 000), so no OST or disk is hammered
-//! while another idles. Memory is bounded: at most [`MAX_ACTIVE_FILES`] large files and
-//! [`MAX_QUEUED_PACKS`] packs wait here; the master stops scanning while it is full.
+//! into one chunk (seed 002's "large virtual file"). Chunks of the active large files are
+//! fed, round-robin over files, into a [`LayoutScheduler`] that hands the next read to
+//! the storage target (block device, Lustre OST) with the fewest reads in flight (LADS's
+//! layout-aware scheduling, seed 000), so no OST or disk is hammered while another idles.
+//! Memory is bounded: at most [`MAX_ACTIVE_FILES`] large files, [`PENDING_CHUNKS`] chunks
+//! and [`MAX_QUEUED_PACKS`] packs wait here; the master stops scanning while it is full.
 
-use crate::fs::layout::Layout;
+use crate::fs::layout::{Layout, LayoutScheduler, TargetId, WorkItem};
 use crate::fs::Root;
 use sluice_wire::{chunk_count, chunk_range, ChunkSet, RelPath, MAX_PACK_SEGMENTS};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -18,8 +19,8 @@ use std::time::Duration;
 pub const MAX_ACTIVE_FILES: usize = 256;
 /// Full packs waiting for readers at most.
 pub const MAX_QUEUED_PACKS: usize = 64;
-/// How many active files the layout-aware choice looks at.
-const LOOKAHEAD_FILES: usize = 8;
+/// Chunks handed to the layout scheduler ahead of the readers.
+pub const PENDING_CHUNKS: usize = 256;
 
 /// A source file being sent.
 #[derive(Debug)]
@@ -49,8 +50,8 @@ pub enum Work {
         offset: u64,
         /// Bytes.
         len: u32,
-        /// Storage target (for in-flight accounting).
-        target: u32,
+        /// Storage target to report `done` for; `None` for a retry, which is not counted.
+        target: Option<u32>,
     },
     /// Several small whole files, back to back.
     Pack(Vec<Arc<SrcFile>>),
@@ -64,15 +65,33 @@ struct Active {
     skip: Option<ChunkSet>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     retries: VecDeque<Work>,
+    /// Large files with chunks not yet handed to `layout`.
     files: VecDeque<Active>,
+    /// Files with chunks pending in `layout`, and how many.
+    pending: HashMap<u64, (Arc<SrcFile>, u32)>,
+    layout: LayoutScheduler,
     packs: VecDeque<Vec<Arc<SrcFile>>>,
     open_pack: Vec<Arc<SrcFile>>,
     open_pack_bytes: u64,
-    in_flight: Vec<u32>,
     closed: bool,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            retries: VecDeque::new(),
+            files: VecDeque::new(),
+            pending: HashMap::new(),
+            layout: LayoutScheduler::new(PENDING_CHUNKS),
+            packs: VecDeque::new(),
+            open_pack: Vec::new(),
+            open_pack_bytes: 0,
+            closed: false,
+        }
+    }
 }
 
 /// The scheduler shared by the master (producer) and the I/O threads (consumers).
@@ -179,7 +198,11 @@ impl Scheduler {
     /// Whether everything handed out so far has been taken and nothing waits.
     pub fn is_idle(&self) -> bool {
         let s = self.lock();
-        s.retries.is_empty() && s.files.is_empty() && s.packs.is_empty() && s.open_pack.is_empty()
+        s.retries.is_empty()
+            && s.files.is_empty()
+            && s.layout.pending() == 0
+            && s.packs.is_empty()
+            && s.open_pack.is_empty()
     }
 
     /// The next piece of work, blocking until there is some; `None` once closed and
@@ -215,68 +238,190 @@ impl Scheduler {
         }
     }
 
-    /// Picks, among the first active files, the chunk whose target is least busy.
+    /// Tops the layout scheduler up from the active files, one chunk per file in turn
+    /// (so several files, hence targets, are pending), then takes its choice.
     fn next_chunk(&self, s: &mut State) -> Option<Work> {
-        // Drop files whose remaining chunks are all held by the sink.
-        loop {
-            let front_done = match s.files.front_mut() {
-                Some(a) => {
-                    while a.next < a.count && a.skip.as_ref().is_some_and(|k| k.contains(a.next)) {
-                        a.next += 1;
-                    }
-                    a.next >= a.count
-                }
-                None => return None,
-            };
-            if front_done {
-                s.files.pop_front();
-            } else {
+        while s.layout.has_room() {
+            let Some(mut a) = s.files.pop_front() else {
                 break;
-            }
-        }
-        let mut best: Option<(usize, u32, u32)> = None; // (file position, target, load)
-        for (pos, a) in s.files.iter_mut().take(LOOKAHEAD_FILES).enumerate() {
+            };
             while a.next < a.count && a.skip.as_ref().is_some_and(|k| k.contains(a.next)) {
                 a.next += 1;
             }
             if a.next >= a.count {
                 continue;
             }
-            let offset = a.next * u64::from(self.chunk_bytes);
-            let target = a.file.layout.target(offset).0;
-            let load = s.in_flight.get(target as usize).copied().unwrap_or(0);
-            if best.is_none_or(|(_, _, l)| load < l) {
-                best = Some((pos, target, load));
+            let Some((offset, len)) = chunk_range(a.file.size, self.chunk_bytes, a.next) else {
+                continue;
+            };
+            let item = WorkItem::new(a.file.id, offset, len, a.file.layout.as_ref());
+            if s.layout.push(item).is_err() {
+                s.files.push_front(a);
+                break;
+            }
+            s.pending
+                .entry(a.file.id)
+                .or_insert_with(|| (Arc::clone(&a.file), 0))
+                .1 += 1;
+            a.next += 1;
+            if a.next < a.count {
+                s.files.push_back(a);
             }
         }
-        let (pos, target, _) = best?;
-        let a = &mut s.files[pos];
-        let index = a.next;
-        a.next += 1;
-        let (offset, len) = chunk_range(a.file.size, self.chunk_bytes, index)?;
-        let file = Arc::clone(&a.file);
-        if a.next >= a.count {
-            s.files.remove(pos);
+        let item = s.layout.next()?;
+        let (file, left) = s.pending.get_mut(&item.file_id)?;
+        let file = Arc::clone(file);
+        *left -= 1;
+        if *left == 0 {
+            s.pending.remove(&item.file_id);
         }
-        let t = target as usize;
-        if s.in_flight.len() <= t {
-            s.in_flight.resize(t + 1, 0);
-        }
-        s.in_flight[t] += 1;
+        let index = item.offset / u64::from(self.chunk_bytes);
         Some(Work::Chunk {
             file,
             index,
-            offset,
-            len,
-            target,
+            offset: item.offset,
+            len: item.len,
+            target: Some(item.target.0),
         })
     }
 
     /// A chunk read from `target` has finished.
     pub fn done(&self, target: u32) {
-        let mut s = self.lock();
-        if let Some(n) = s.in_flight.get_mut(target as usize) {
-            *n = n.saturating_sub(1);
+        self.lock().layout.done(TargetId(target));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::SimulatedStripes;
+
+    const MIB: u32 = 1 << 20;
+
+    fn file(id: u64, size: u64, layout: Arc<dyn Layout>) -> Arc<SrcFile> {
+        let dir = std::env::temp_dir();
+        Arc::new(SrcFile {
+            id,
+            root: Arc::new(Root::open(&dir).unwrap()),
+            src_path: RelPath::parse(&format!("f{id}")).unwrap(),
+            size,
+            layout,
+        })
+    }
+
+    fn stripes(n: u32) -> Arc<dyn Layout> {
+        Arc::new(SimulatedStripes {
+            stripe_bytes: u64::from(MIB),
+            targets: (0..n).map(TargetId).collect(),
+        })
+    }
+
+    fn take(s: &Scheduler) -> Option<Work> {
+        match s.next(Duration::from_millis(1)) {
+            Some(Ok(w)) => Some(w),
+            _ => None,
         }
+    }
+
+    #[test]
+    fn readers_spread_over_striped_targets() {
+        // 4 OSTs, 1 MiB stripes, 1 MiB chunks, 3 readers: while every OST has work, no
+        // two reads are in flight on one OST.
+        let s = Scheduler::new(MIB, 0);
+        s.add(file(1, 64 * u64::from(MIB), stripes(4)), None);
+        let mut in_flight: Vec<u32> = Vec::new();
+        for _ in 0..3 {
+            let Some(Work::Chunk {
+                target: Some(t), ..
+            }) = take(&s)
+            else {
+                panic!("no chunk")
+            };
+            in_flight.push(t);
+        }
+        let mut sorted = in_flight.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(
+            sorted.len(),
+            3,
+            "three reads on three distinct OSTs: {in_flight:?}"
+        );
+        // Each finished read is replaced by one on the least busy OST.
+        let mut seen = 3;
+        while let Some(done) = in_flight.pop() {
+            s.done(done);
+            if let Some(Work::Chunk {
+                target: Some(t), ..
+            }) = take(&s)
+            {
+                assert!(
+                    !in_flight.contains(&t),
+                    "OST {t} given a second read while others idle"
+                );
+                in_flight.insert(0, t);
+                seen += 1;
+            }
+            if seen >= 40 {
+                break;
+            }
+        }
+    }
+
+    #[test]
+    fn every_chunk_is_handed_out_once_and_held_chunks_are_skipped() {
+        let s = Scheduler::new(MIB, 0);
+        let mut held = ChunkSet::new(10).unwrap();
+        held.insert(0);
+        held.insert(7);
+        s.add(file(1, 10 * u64::from(MIB) - 5, stripes(2)), Some(held));
+        s.add(file(2, 3 * u64::from(MIB), stripes(2)), None);
+        s.close();
+        let mut got = Vec::new();
+        while let Some(w) = take(&s) {
+            if let Work::Chunk {
+                file,
+                index,
+                target,
+                len,
+                ..
+            } = w
+            {
+                got.push((file.id, index, len));
+                s.done(target.unwrap());
+            }
+        }
+        got.sort_unstable();
+        let want: Vec<(u64, u64)> = [1, 2, 3, 4, 5, 6, 8, 9]
+            .iter()
+            .map(|&i| (1, i))
+            .chain((0..3).map(|i| (2, i)))
+            .collect();
+        assert_eq!(
+            got.iter().map(|&(f, i, _)| (f, i)).collect::<Vec<_>>(),
+            want
+        );
+        assert_eq!(
+            got.iter().find(|g| g.0 == 1 && g.1 == 9).unwrap().2,
+            MIB - 5
+        );
+    }
+
+    #[test]
+    fn small_files_are_packed_up_to_the_chunk_size() {
+        let s = Scheduler::new(MIB, 256 << 10);
+        for id in 0..10 {
+            s.add(file(id, 200 << 10, stripes(1)), None);
+        }
+        s.close();
+        let mut packs = Vec::new();
+        while let Some(w) = take(&s) {
+            let Work::Pack(p) = w else {
+                panic!("small files travel packed")
+            };
+            packs.push(p.iter().map(|f| f.id).collect::<Vec<_>>());
+        }
+        // 5 x 200 KiB fit in 1 MiB, the sixth does not.
+        assert_eq!(packs, vec![vec![0, 1, 2, 3, 4], vec![5, 6, 7, 8, 9]]);
     }
 }

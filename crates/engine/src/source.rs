@@ -324,7 +324,7 @@ fn read_work(
                     slot.set_filled(len);
                     let last = *offset + len as u64 >= file.size;
                     let header = ChunkHeader::plain(file.id, *offset, slot.filled_bytes(), last);
-                    Some((header, Some(*target)))
+                    Some((header, *target))
                 }
                 Err(msg) => {
                     fail_file(control, stats, file, &msg);
@@ -652,13 +652,13 @@ fn handle_event(
                         let len =
                             u32::try_from((entry.size - nack.offset.min(entry.size)).min(chunk))
                                 .unwrap_or(0);
-                        let target = file.layout.target(nack.offset).0;
+                        // A retry is not counted in flight on its target.
                         Work::Chunk {
                             file,
                             index,
                             offset: nack.offset,
                             len,
-                            target,
+                            target: None,
                         }
                     };
                     sched.retry(work);
