@@ -72,8 +72,9 @@ pub struct PartitionRow {
     pub channel: u32,
     /// The channel's `numa_node` from the plan.
     pub planned_node: Option<u32>,
-    /// The nodes the probe memory was bound to (the channel's `nodes` when it spans
-    /// several, else `[numa_node]`); empty when unbound.
+    /// The nodes the probe memory was bound to: `[numa_node]`, or empty when unbound.
+    /// A channel's `nodes` (a socket's nodes under `smts`) are where its threads may run,
+    /// never where its buffers go, so they are not bound here.
     pub planned_nodes: Vec<u32>,
     /// The partition's size in the plan.
     pub bytes_planned: u64,
@@ -107,7 +108,8 @@ impl VerifyReport {
 /// Applies `plan` to this machine for real and reports what the kernel did.
 ///
 /// For each channel, a [`NodeMemory`] of the channel's `buffer_bytes` (capped at
-/// [`VERIFY_BYTES_MAX_PER_CHANNEL`]) is bound to the channel's node(s), locked, touched,
+/// [`VERIFY_BYTES_MAX_PER_CHANNEL`]) is bound to exactly the channel's `numa_node` (the
+/// planned node; its `nodes` only say where threads may run), locked, touched,
 /// then every page is located with `move_pages` and the policy read with
 /// `get_mempolicy`; the memory is freed before the next channel. For each planned
 /// thread a probe thread is started that binds itself with [`bind_current_thread`]
@@ -143,16 +145,12 @@ pub fn apply_and_verify(plan: &Plan) -> Result<VerifyReport, AffinityError> {
     })
 }
 
-/// The nodes a channel's memory is bound to: all its `nodes` when it spans several,
-/// else its `numa_node` (or its single node); empty when unbound.
+/// The nodes a channel's memory is bound to: exactly its `numa_node`, even when the
+/// channel spans several nodes (an `smts` socket): binding to the whole span let the
+/// kernel put every page on whichever node it liked (seen in the emulated 4-node
+/// machine: numa_node 0, every page on node 1). Empty when unbound.
 fn planned_nodes(channel: &Channel) -> Vec<u32> {
-    if channel.nodes.len() > 1 {
-        sorted(channel.nodes.iter().copied())
-    } else if let Some(node) = channel.numa_node {
-        vec![node]
-    } else {
-        channel.nodes.clone()
-    }
+    channel.numa_node.into_iter().collect()
 }
 
 fn check_plan_fits(plan: &Plan) -> Result<(), AffinityError> {
@@ -430,7 +428,9 @@ mod tests {
     }
 
     #[test]
-    fn a_socket_channel_binds_all_its_nodes() {
+    fn regression_smts_partition_binds_only_its_numa_node() {
+        // An smts channel spans its socket's nodes; its buffers belong on numa_node
+        // alone (they were bound to the whole socket and landed on the other node).
         let mut c = Channel {
             id: 0,
             numa_node: Some(2),
@@ -440,9 +440,11 @@ mod tests {
             buffer_bytes: 0,
             threads: vec![],
         };
-        assert_eq!(planned_nodes(&c), vec![2, 3]);
-        c.nodes = vec![2];
         assert_eq!(planned_nodes(&c), vec![2]);
+        c.numa_node = Some(3);
+        assert_eq!(planned_nodes(&c), vec![3]);
+        c.nodes = vec![3];
+        assert_eq!(planned_nodes(&c), vec![3]);
         c.nodes.clear();
         c.numa_node = None;
         assert!(planned_nodes(&c).is_empty());

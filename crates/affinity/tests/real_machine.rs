@@ -185,6 +185,30 @@ fn a_plan_for_a_bigger_machine_names_the_missing_cpu() {
 }
 
 #[test]
+fn regression_a_spanning_channel_binds_its_buffers_to_numa_node_alone() {
+    // An smts channel spans its socket's nodes; its buffers belong on `numa_node` only.
+    // Bound to the whole span, the emulated 4-node machine put every page of channel 0
+    // (numa_node 0) on node 1. Here the span is every allowed node and `numa_node` the
+    // last one: the kernel's policy and every page must name that node alone.
+    let nodes = allowed_nodes().expect("hwloc");
+    let last = *nodes.last().expect("a node");
+    let mut plan = one_node_plan();
+    plan.policy = Policy::Smts;
+    plan.requested_policy = Policy::Smts;
+    plan.channels[0].numa_node = Some(last);
+    plan.channels[0].nodes = nodes;
+    let report = apply_and_verify(&plan).expect("apply");
+    assert!(report.ok(), "{report}");
+    let partition = &report.partitions[0];
+    assert_eq!(partition.planned_node, Some(last));
+    assert_eq!(partition.planned_nodes, vec![last]);
+    assert_eq!(partition.policy, format!("bind:{last}"));
+    assert_eq!(partition.pages_on_node, partition.pages);
+    let on: Vec<i32> = partition.by_node.keys().copied().collect();
+    assert_eq!(on, vec![i32::try_from(last).expect("small node index")]);
+}
+
+#[test]
 fn a_plan_for_a_bigger_machine_names_the_missing_node() {
     let mut plan = one_node_plan();
     plan.channels[0].numa_node = Some(7);

@@ -280,10 +280,15 @@ pub struct Plan {
 pub struct Channel {
     /// Channel number, 0-based, stable within a plan.
     pub id: u32,
-    /// The node the channel's buffer memory is bound to; `None` when unbound (`os`).
+    /// The node the channel's buffer partition is bound to, and only this node
+    /// (`sluice-affinity` binds and verifies the partition against it alone): the NIC
+    /// node for `bind`; the channel's node for `nmts` and `mts`; for `smts`, the
+    /// socket's node with a selected NIC, else its first usable node. `None` when
+    /// unbound (`os`).
     pub numa_node: Option<u32>,
-    /// All nodes the channel spans: `[numa_node]`, or a socket's nodes for `smts`.
-    /// Empty when unbound.
+    /// The nodes the channel's threads may run on (never where its memory goes; see
+    /// `numa_node`): `[numa_node]`, or a socket's nodes for `smts`. Sorted; empty when
+    /// unbound.
     pub nodes: Vec<u32>,
     /// Package of the channel, if bound.
     pub package: Option<u32>,
