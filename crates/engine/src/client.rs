@@ -2,16 +2,17 @@
 
 use crate::daemon::{run_role, Connections, Role};
 use crate::error::EngineError;
+use crate::fs::spec::{map_copy, CopyArgs};
 use crate::fs::Root;
 use crate::runtime::Runtime;
-use crate::session::{self, source_start, DestMap, HANDSHAKE_TIMEOUT};
+use crate::session::{self, DestMap, HANDSHAKE_TIMEOUT};
 use crate::source::ScanSpec;
 use crate::stats::Stats;
 use crate::transport::{self, FrameReader, FrameWriter};
 use crate::SessionOptions;
-use sluice_wire::{ClientJoin, Direction, Frame, Open, OpenOptions, RelPath, Token};
+use sluice_wire::{ClientJoin, Direction, Frame, Open, OpenOptions, Token};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// One side of a copy as the user typed it.
@@ -107,14 +108,21 @@ pub fn copy(
                 let Endpoint::Local(p) = s else { unreachable!("checked all local") };
                 specs.push(local_spec(p, cfg.opts.recursive)?);
             }
-            // Several sources always go into a directory.
-            let remote_path = if several && !path.ends_with('/') { format!("{path}/") } else { path.clone() };
+            // Several sources, or a directory's contents, always go into a directory.
+            let into_dir = several || specs.iter().any(|s| s.prefix.is_none());
+            let remote_path =
+                if into_dir && !path.ends_with('/') { format!("{path}/") } else { path.clone() };
             run_session(addr, Direction::Push, &remote_path, cfg, runtime, Side::Source(specs), stats)
         }
         (Endpoint::Local(dst), _, true) => {
             let several = cfg.sources.len() > 1;
             let dst_path = Path::new(dst);
-            let dst_is_dir = dst.ends_with('/') || dst_path.is_dir();
+            // A remote source ending in '/' sends its contents: they go into a directory.
+            let contents = cfg
+                .sources
+                .iter()
+                .any(|s| matches!(s, Endpoint::Remote { path, .. } if path.ends_with('/')));
+            let dst_is_dir = dst.ends_with('/') || dst_path.is_dir() || contents;
             if several && !dst_is_dir {
                 return Err(Box::new(UsageError(format!(
                     "{dst:?} must be an existing directory (or end with '/') when copying several sources"
@@ -149,40 +157,32 @@ pub fn copy(
     }
 }
 
-/// The scan spec of a local source path (trailing '/' sends a directory's contents).
+/// The scan spec of a local source path, by the rules of [`crate::fs::spec`] (a trailing
+/// '/' sends a directory's contents; otherwise the entry keeps its name). The daemon
+/// applies the destination half of the rules, where the destination is.
 fn local_spec(
     p: &str,
     recursive: bool,
 ) -> Result<ScanSpec, Box<dyn std::error::Error + Send + Sync>> {
-    let path = PathBuf::from(p);
-    let meta = std::fs::symlink_metadata(&path)
-        .map_err(|e| EngineError::io(format!("reading {p:?}"), e))?;
+    let meta = std::fs::metadata(p).map_err(|e| EngineError::io(format!("reading {p:?}"), e))?;
     if meta.is_dir() && !recursive {
         return Err(Box::new(UsageError(format!(
             "{p:?} is a directory: use -r to copy it"
         ))));
     }
-    let contents = p.ends_with('/') && meta.is_dir();
-    let abs =
-        std::fs::canonicalize(&path).map_err(|e| EngineError::io(format!("resolving {p:?}"), e))?;
-    if contents {
-        return Ok(ScanSpec {
-            root: Arc::new(Root::open(&abs)?),
-            start: None,
-            prefix: None,
-        });
-    }
-    let parent = abs.parent().unwrap_or(Path::new("/"));
-    let name = abs
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| UsageError(format!("{p:?} has no usable UTF-8 file name")))?;
-    let (start, prefix) = source_start(name).map_err(UsageError)?;
-    let _ = RelPath::parse(name).map_err(|e| UsageError(e.to_string()))?;
+    let mapping = map_copy(&CopyArgs {
+        source: p,
+        source_is_dir: meta.is_dir(),
+        dest: "./",
+        dest_is_dir: true,
+        source_count: 1,
+    })
+    .map_err(|e| UsageError(e.to_string()))?;
+    let root = Root::open(&mapping.source_root)?;
     Ok(ScanSpec {
-        root: Arc::new(Root::open(parent)?),
-        start,
-        prefix,
+        root: Arc::new(root),
+        start: mapping.start,
+        prefix: mapping.prefix,
     })
 }
 
