@@ -58,6 +58,11 @@ struct EntryState {
 struct Table {
     map: Mutex<HashMap<u64, Arc<Entry>>>,
     added: Condvar,
+    /// The highest file id the manifest has announced (written under `map`'s lock). The
+    /// source numbers entries in manifest order, so a chunk whose id is at most this and
+    /// that has no entry belongs to a file already finished (failed, skipped): it is
+    /// dropped at once instead of waiting for an entry that will never come.
+    announced_max: std::sync::atomic::AtomicU64,
 }
 
 impl Table {
@@ -69,6 +74,16 @@ impl Table {
         self.added.notify_all();
     }
 
+    /// Records that the manifest has announced `id` (after its entry, if any, is in).
+    fn announced(&self, id: u64) {
+        let _map = self
+            .map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.announced_max.fetch_max(id, Ordering::Relaxed);
+        self.added.notify_all();
+    }
+
     fn remove(&self, id: u64) -> Option<Arc<Entry>> {
         self.map
             .lock()
@@ -76,7 +91,8 @@ impl Table {
             .remove(&id)
     }
 
-    /// The entry for `id`, waiting for the manifest to announce it.
+    /// The entry for `id`, waiting for the manifest to announce it; `None` at once for a
+    /// file announced and already finished.
     fn wait(&self, id: u64, abort: &AtomicBool) -> Option<Arc<Entry>> {
         let deadline = Instant::now() + ENTRY_WAIT;
         let mut map = self
@@ -87,8 +103,9 @@ impl Table {
             if let Some(e) = map.get(&id) {
                 return Some(Arc::clone(e));
             }
+            let finished = id <= self.announced_max.load(Ordering::Relaxed);
             let now = Instant::now();
-            if now >= deadline || abort.load(Ordering::Relaxed) {
+            if finished || now >= deadline || abort.load(Ordering::Relaxed) {
                 return None;
             }
             let (m, _) = self
@@ -192,7 +209,16 @@ pub fn run(
                             DataEvent::Chunk(h) => h,
                             DataEvent::Frame(_) | DataEvent::End => return Ok(()),
                         };
-                        let mut slot = pool.acquire();
+                        // A slot, or the session's end: never wait forever on slots held
+                        // by a queue whose writers are gone.
+                        let mut slot = loop {
+                            if shared.abort.load(Ordering::Relaxed) {
+                                return Ok(());
+                            }
+                            if let Some(s) = pool.acquire_timeout(Duration::from_millis(200)) {
+                                break s;
+                            }
+                        };
                         let wire = header.wire_len as usize;
                         if wire > slot.len() {
                             return Err(EngineError::Config(format!(
@@ -286,7 +312,10 @@ fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot
             let bytes = &data[at..at + len];
             at += len;
             let Some(e) = shared.table.wait(seg.file_id, &shared.abort) else {
-                tracing::warn!("file {} never announced: dropped", seg.file_id);
+                tracing::warn!(
+                    "file {} already ended or never announced: dropped",
+                    seg.file_id
+                );
                 continue;
             };
             let digest = FileDigest::of_ordered(&[chunk_checksum(bytes)]);
@@ -308,7 +337,10 @@ fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot
         return;
     }
     let Some(e) = shared.table.wait(header.file_id, &shared.abort) else {
-        tracing::warn!("file {} never announced: chunk dropped", header.file_id);
+        tracing::warn!(
+            "file {} already ended or never announced: chunk dropped",
+            header.file_id
+        );
         return;
     };
     let index = header.offset / u64::from(shared.chunk_bytes);
@@ -539,7 +571,9 @@ fn master(shared: &Arc<Shared>, events: &Receiver<ControlEvent>) -> Result<(), E
         match frame {
             Frame::Manifest(m) => {
                 for entry in m.entries {
+                    let id = entry.file_id;
                     announce(shared, entry, negotiate, &mut dirs);
+                    shared.table.announced(id);
                 }
             }
             Frame::ManifestEnd(_) => {}

@@ -181,7 +181,16 @@ pub fn run(
                             Some(Err(())) => continue,
                             Some(Ok(w)) => w,
                         };
-                        let mut slot = pool.acquire();
+                        // A slot, or the session's end: never wait forever on slots held
+                        // by a queue whose senders are gone.
+                        let mut slot = loop {
+                            if abort.load(Ordering::Relaxed) {
+                                return Ok(());
+                            }
+                            if let Some(s) = pool.acquire_timeout(Duration::from_millis(200)) {
+                                break s;
+                            }
+                        };
                         segments.clear();
                         let (header, target) =
                             match read_work(&work, &mut slot, &mut segments, &control, &stats) {
@@ -191,6 +200,7 @@ pub fn run(
                         if let Some(t) = target {
                             sched.done(t);
                         }
+                        fault::corrupt_if_chosen(&mut slot);
                         stats.add_payload(channel, u64::from(header.raw_len));
                         match &queue {
                             Some(q) if !inline => {
@@ -288,6 +298,32 @@ pub fn run(
                 })
             }
             Ok(ControlEvent::Failed(e)) => return Err(e),
+        }
+    }
+}
+
+/// Test-only fault injection, for the integration tests of the retry path; never set it
+/// in production. `SLUICE_FAULT_CORRUPT_CHUNK=N` (read once per process) flips one byte
+/// of the N-th chunk (1-based) this process's source reads, after its checksum was
+/// computed, so that the sink rejects it and asks for it again. Only that first send is
+/// corrupted: the resend is a new read, counted as another chunk.
+mod fault {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+
+    static CHOSEN: OnceLock<Option<u64>> = OnceLock::new();
+    static READ: AtomicU64 = AtomicU64::new(0);
+
+    pub(super) fn corrupt_if_chosen(slot: &mut sluice_buffers::Slot) {
+        let chosen = CHOSEN.get_or_init(|| {
+            std::env::var("SLUICE_FAULT_CORRUPT_CHUNK")
+                .ok()
+                .and_then(|v| v.parse().ok())
+        });
+        let Some(n) = *chosen else { return };
+        if READ.fetch_add(1, Ordering::Relaxed) + 1 == n && slot.filled() > 0 {
+            tracing::warn!("SLUICE_FAULT_CORRUPT_CHUNK: corrupting chunk {n} (test only)");
+            slot[0] ^= 0x5a;
         }
     }
 }
