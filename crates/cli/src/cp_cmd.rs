@@ -69,6 +69,9 @@ pub struct CpArgs {
     /// Make every file durable (fsync) before renaming it into place.
     #[arg(long)]
     pub fsync: bool,
+    /// Read large files with O_DIRECT, bypassing the page cache (where supported).
+    #[arg(long)]
+    pub direct: bool,
     /// Print one JSON summary object instead of the human summary.
     #[arg(long)]
     pub json: bool,
@@ -215,6 +218,7 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
         dest,
         opts: SessionOptions {
             streams: streams.max(1),
+            chunk_bytes,
             io_threads: args.job.io_threads.max(1),
             resume: args.resume,
             no_clobber: args.no_clobber,
@@ -224,6 +228,7 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
             recursive: args.recursive,
             compress: sluice_wire::Compression::None,
             pipeline: args.pipeline.into(),
+            direct: args.direct,
         },
         chunk_bytes,
         token,

@@ -175,6 +175,7 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
         dest: Endpoint::parse(&format!("sluice://{addr}/")).map_err(|e| anyhow::anyhow!(e))?,
         opts: SessionOptions {
             streams: u16::try_from(args.job.streams).unwrap_or(2),
+            chunk_bytes: chunk,
             io_threads: args.job.io_threads,
             recursive: true,
             verify: true,

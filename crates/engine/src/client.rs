@@ -298,6 +298,19 @@ fn run_session(
     let control_stream = writer.stream_clone()?;
     let mut opts = cfg.opts.clone();
     opts.streams = accept.streams();
+    if accept.chunk_bytes > runtime.chunk_bytes()
+        || !sluice_wire::is_valid_chunk_bytes(accept.chunk_bytes)
+    {
+        return Err(Box::new(EngineError::Handshake {
+            peer: addr.to_string(),
+            message: format!(
+                "the daemon chose {}-byte chunks; this side's slots hold {}",
+                accept.chunk_bytes,
+                runtime.chunk_bytes()
+            ),
+        }));
+    }
+    opts.chunk_bytes = accept.chunk_bytes;
     let role = match side {
         Side::Source(specs) => Role::Source(specs),
         Side::Sink { root, dest } => Role::Sink { root, dest },

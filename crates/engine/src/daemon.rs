@@ -116,9 +116,13 @@ impl Daemon {
         match first {
             Frame::Join(join) => self.join(join, reader, writer),
             hello @ Frame::Hello(_) => {
-                let result = self.session(hello, &mut reader, &mut writer);
+                let told = std::cell::Cell::new(false);
+                let result = self.session(hello, &mut reader, &mut writer, &told);
                 if let Err(e) = &result {
-                    let _ = writer.send(&ErrorFrame::new(e.code(), e.to_string()));
+                    // One Error frame, then close: only if the session did not send it.
+                    if !told.get() {
+                        let _ = writer.send(&ErrorFrame::new(e.code(), wire_message(e)));
+                    }
                 }
                 result
             }
@@ -170,13 +174,17 @@ impl Daemon {
     }
 
     /// A control connection: handshake, open, accept, wait for streams, run.
+    /// `told` is set when the peer has already been sent the `Error` for the failure.
     fn session(
         &self,
         hello: Frame,
         reader: &mut FrameReader,
         writer: &mut FrameWriter,
+        told: &std::cell::Cell<bool>,
     ) -> Result<(), EngineError> {
-        let est = session::server_handshake(hello, reader, writer, self.cfg.token.clone())?;
+        // The handshake state machine answers its own failures with an Error frame.
+        let est = session::server_handshake(hello, reader, writer, self.cfg.token.clone())
+            .inspect_err(|e| told.set(matches!(e, EngineError::Handshake { .. })))?;
         let open = match reader.next("waiting for Open")? {
             Some(Frame::Open(o)) => o,
             Some(other) => {
@@ -188,7 +196,7 @@ impl Daemon {
             }
             None => return Ok(()),
         };
-        let bad_path = |msg: String| EngineError::Remote {
+        let bad_path = |msg: String| EngineError::Refused {
             code: ErrorCode::PathOutsideRoot,
             message: msg,
         };
@@ -199,6 +207,7 @@ impl Daemon {
         let streams = open.options.streams.clamp(1, MAX_STREAMS);
         let opts = SessionOptions {
             streams,
+            chunk_bytes,
             io_threads: self.cfg.io_threads,
             resume: open.options.resume,
             no_clobber: open.options.no_clobber,
@@ -208,6 +217,7 @@ impl Daemon {
             recursive: open.options.recursive,
             compress: open.options.compress,
             pipeline: crate::Pipeline::Auto,
+            direct: false,
         };
         let role = match open.direction {
             Direction::Push => {
@@ -230,7 +240,7 @@ impl Daemon {
                     source_start(&raw).map_err(|m| bad_path(format!("source {raw:?}: {m}")))?;
                 if let Some(s) = &start {
                     if !self.root.exists(s)? {
-                        return Err(EngineError::Remote {
+                        return Err(EngineError::Refused {
                             code: ErrorCode::NotFound,
                             message: format!("{raw:?} does not exist on the server"),
                         });
@@ -299,6 +309,8 @@ impl Daemon {
             control_stream,
             data: conns,
         };
+        // run_role reports its own failure on the control connection.
+        told.set(true);
         let result = run_role(role, runtime, &opts, chunk_bytes, conns, &stats);
         let s = stats.summary(runtime.plan());
         tracing::info!(
@@ -310,6 +322,15 @@ impl Daemon {
             s.files_failed
         );
         result
+    }
+}
+
+/// The text of the `Error` frame for `e`: a refusal built as [`EngineError::Remote`]
+/// goes out as its own message, not as "the peer reported ...".
+fn wire_message(e: &EngineError) -> String {
+    match e {
+        EngineError::Remote { message, .. } => message.clone(),
+        other => other.to_string(),
     }
 }
 

@@ -7,22 +7,20 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// A socket or file operation failed; `context` says which and on what.
-    #[error("{context}: {source}")]
+    #[error("{context}: {cause}")]
     Io {
         /// What was being done (`connecting to 127.0.0.1:7878`, `reading "a/b"`).
         context: String,
-        /// The OS error.
-        #[source]
-        source: io::Error,
+        /// The OS error (part of the message, so not repeated as a source).
+        cause: io::Error,
     },
     /// The peer sent bytes that are not a valid frame.
-    #[error("protocol error from {peer}: {source}")]
+    #[error("protocol error from {peer}: {cause}")]
     Protocol {
         /// The peer's address.
         peer: String,
         /// What was wrong with the frame.
-        #[source]
-        source: DecodeError,
+        cause: DecodeError,
     },
     /// The peer sent a valid frame that is not allowed at this point.
     #[error("protocol error from {peer}: unexpected {got} while {state}")]
@@ -33,6 +31,15 @@ pub enum EngineError {
         got: String,
         /// What this side was waiting for.
         state: String,
+    },
+    /// This side refuses the request (a path outside the root, a missing source); the
+    /// message goes to the peer as is.
+    #[error("{message}")]
+    Refused {
+        /// The wire error code.
+        code: ErrorCode,
+        /// What is wrong, naming the value.
+        message: String,
     },
     /// The peer reported an error and closed the session.
     #[error("the peer reported {code:?}: {message}")]
@@ -51,13 +58,12 @@ pub enum EngineError {
         message: String,
     },
     /// A buffer pool could not be created.
-    #[error("channel {channel}: {source}")]
+    #[error("channel {channel}: {cause}")]
     Buffers {
         /// The channel.
         channel: u32,
-        /// Why.
-        #[source]
-        source: sluice_buffers::BufferError,
+        /// Why (part of the message).
+        cause: sluice_buffers::BufferError,
     },
     /// A file-system operation under a root failed.
     #[error(transparent)]
@@ -83,16 +89,16 @@ impl EngineError {
     pub fn io(context: impl Into<String>, source: io::Error) -> EngineError {
         EngineError::Io {
             context: context.into(),
-            source,
+            cause: source,
         }
     }
 
     /// The wire error code that reports this error to the peer.
     pub fn code(&self) -> ErrorCode {
         match self {
-            EngineError::Io { source, .. } => io_code(source),
+            EngineError::Io { cause, .. } => io_code(cause),
             EngineError::Protocol { .. } | EngineError::Unexpected { .. } => ErrorCode::BadFrame,
-            EngineError::Remote { code, .. } => *code,
+            EngineError::Remote { code, .. } | EngineError::Refused { code, .. } => *code,
             EngineError::Handshake { .. } => ErrorCode::AuthFailed,
             EngineError::Fs(e) => e.code(),
             _ => ErrorCode::Internal,

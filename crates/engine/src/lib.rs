@@ -42,6 +42,8 @@ pub enum Pipeline {
 pub struct SessionOptions {
     /// Data connections.
     pub streams: u16,
+    /// The session's chunk size, agreed in `Accept` (at most either side's slot size).
+    pub chunk_bytes: u32,
     /// Storage threads on each side.
     pub io_threads: u32,
     /// Continue from what the destination already holds.
@@ -60,12 +62,15 @@ pub struct SessionOptions {
     pub compress: Compression,
     /// Inline or queued data path.
     pub pipeline: Pipeline,
+    /// Read large files with `O_DIRECT` (bypassing the page cache), where supported.
+    pub direct: bool,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
         SessionOptions {
             streams: 2,
+            chunk_bytes: 4 << 20,
             io_threads: 2,
             resume: false,
             no_clobber: false,
@@ -75,6 +80,7 @@ impl Default for SessionOptions {
             recursive: false,
             compress: Compression::None,
             pipeline: Pipeline::Auto,
+            direct: false,
         }
     }
 }

@@ -47,13 +47,25 @@ impl Runtime {
             let pool = BufferPool::new(ch.numa_node, ch.buffer_bytes, slot_bytes).map_err(|e| {
                 EngineError::Buffers {
                     channel: ch.id,
-                    source: e,
+                    cause: e,
                 }
             })?;
+            let pool = Arc::new(pool);
+            // The pool's address range, for checking its pages in /proc/PID/numa_maps
+            // (tests/numa-vm/scenarios/transfer.sh): slot `i` starts at base + i * slot size.
+            if let Some(s) = pool.try_acquire() {
+                let start = s.as_ptr() as usize - s.index() as usize * pool.slot_bytes();
+                let end = start + pool.slots() as usize * pool.slot_bytes();
+                tracing::info!(
+                    "buffer pool: channel={} node={:?} range={start:#x}-{end:#x}",
+                    ch.id,
+                    ch.numa_node
+                );
+            }
             channels.push(ChannelRuntime {
                 id: ch.id,
                 node: ch.numa_node,
-                pool: Arc::new(pool),
+                pool,
             });
         }
         if channels.is_empty() {

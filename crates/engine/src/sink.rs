@@ -157,7 +157,7 @@ pub fn run(
         root,
         dest,
         opts: opts.clone(),
-        chunk_bytes: runtime.chunk_bytes(),
+        chunk_bytes: opts.chunk_bytes,
         table: Table::default(),
         control: control.clone(),
         stats: Arc::clone(stats),
@@ -285,6 +285,8 @@ fn nack(shared: &Shared, header: &ChunkHeader, segments: &[Segment]) {
         header.offset
     );
     let reason = ErrorCode::ChecksumMismatch;
+    // Counted here too, so that a pull's summary (the client is the sink) shows it.
+    shared.stats.chunk_resent();
     if header.is_packed() {
         for s in segments {
             shared.control.send(Frame::ChunkNack(ChunkNack {
@@ -766,6 +768,13 @@ fn resume_state(shared: &Shared, e: &Arc<Entry>, count: u64) -> HaveState {
                 }
             }
             st.remaining = count - set.len();
+            // Counted here too, so that a pull's summary (the client is the sink) shows it.
+            let held_bytes: u64 = held
+                .iter()
+                .filter_map(|(i, _)| chunk_range(entry.size, shared.chunk_bytes, *i))
+                .map(|(_, len)| u64::from(len))
+                .sum();
+            shared.stats.resumed_bytes(held_bytes);
             HaveState::Partial {
                 size: entry.size,
                 mtime_ns: entry.mtime_ns,

@@ -88,7 +88,7 @@ pub fn run(
         events,
         stats,
     } = wiring;
-    let chunk_bytes = runtime.chunk_bytes();
+    let chunk_bytes = opts.chunk_bytes;
     let sched = Arc::new(Scheduler::new(chunk_bytes, SMALL_FILE_MAX_BYTES));
     let layouts = layouts_of(&specs);
     let abort = Arc::new(AtomicBool::new(false));
@@ -165,11 +165,10 @@ pub fn run(
             .get(&channel)
             .or_else(|| queues.values().next())
             .map(|(tx, _)| tx.clone());
-        let compress = opts.compress;
+        let direct = opts.direct;
         threads.push(
             runtime
                 .spawn(Role::IoRead, r, move || -> Result<(), EngineError> {
-                    let _ = compress;
                     let mut segments: Vec<Segment> = Vec::new();
                     let mut rr = r as usize;
                     loop {
@@ -192,11 +191,17 @@ pub fn run(
                             }
                         };
                         segments.clear();
-                        let (header, target) =
-                            match read_work(&work, &mut slot, &mut segments, &control, &stats) {
-                                Some(h) => h,
-                                None => continue,
-                            };
+                        let (header, target) = match read_work(
+                            &work,
+                            direct,
+                            &mut slot,
+                            &mut segments,
+                            &control,
+                            &stats,
+                        ) {
+                            Some(h) => h,
+                            None => continue,
+                        };
                         if let Some(t) = target {
                             sched.done(t);
                         }
@@ -332,6 +337,7 @@ mod fault {
 /// to release. Files that cannot be read are reported to the sink as failed and left out.
 fn read_work(
     work: &Work,
+    direct: bool,
     slot: &mut Slot,
     segments: &mut Vec<Segment>,
     control: &ControlTx,
@@ -346,14 +352,15 @@ fn read_work(
             target,
         } => {
             let len = *len as usize;
-            let result = file
-                .root
-                .open_read(&file.src_path)
+            let result = open_chunk_file(file, direct)
                 .map_err(|e| e.to_string())
-                .and_then(|f| {
-                    read_full_at(&f, &mut slot[..len], *offset).map_err(|e| {
-                        format!("reading {:?} at {offset}: {e}", file.src_path.as_str())
-                    })
+                .and_then(|(f, direct)| {
+                    if direct {
+                        read_direct_at(&f, slot, len, *offset)
+                    } else {
+                        read_full_at(&f, &mut slot[..len], *offset)
+                    }
+                    .map_err(|e| format!("reading {:?} at {offset}: {e}", file.src_path.as_str()))
                 });
             match result {
                 Ok(()) => {
@@ -428,6 +435,61 @@ fn fail_file(control: &ControlTx, stats: &Stats, file: &SrcFile, msg: &str) {
         msg,
     )));
     stats.file_failed_at_source(file.id, msg);
+}
+
+/// Opens a large file's chunk source: with `O_DIRECT` when asked and supported (one
+/// warning per process when the file system refuses it), else through the page cache.
+fn open_chunk_file(
+    file: &SrcFile,
+    direct: bool,
+) -> Result<(std::fs::File, bool), crate::fs::FsError> {
+    static NO_DIRECT: std::sync::Once = std::sync::Once::new();
+    if direct {
+        match file.root.open_read_direct(&file.src_path) {
+            Ok(f) => return Ok((f, true)),
+            Err(e) if e.io_error().and_then(std::io::Error::raw_os_error) == Some(libc::EINVAL) => {
+                NO_DIRECT.call_once(|| {
+                    tracing::warn!(
+                        "--direct: {} does not support O_DIRECT; reading through the page cache",
+                        file.root.path().display()
+                    );
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    file.root.open_read(&file.src_path).map(|f| (f, false))
+}
+
+/// An `O_DIRECT` read of `len` bytes at `offset` (a multiple of the chunk size, so
+/// aligned) into the page-aligned slot: the length is rounded up to the page size and
+/// the file's end returns the short count.
+fn read_direct_at(
+    f: &std::fs::File,
+    slot: &mut Slot,
+    len: usize,
+    offset: u64,
+) -> std::io::Result<()> {
+    const ALIGN: usize = 4096;
+    let want = len.div_ceil(ALIGN) * ALIGN;
+    let dst = slot
+        .get_mut(..want)
+        .ok_or_else(|| std::io::Error::other("chunk larger than its slot"))?;
+    let mut done = 0;
+    while done < len {
+        match f.read_at(&mut dst[done..], offset + done as u64) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the file is shorter than when it was scanned",
+                ))
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// pread until `dst` is full; a short file is an error.
@@ -508,6 +570,11 @@ fn master(
                     Err(_) => break,
                 }
             } else {
+                // Small files answered by `Have` after the scan ended wait in the open
+                // pack: release it before waiting, or they would never be sent.
+                if events.is_empty() {
+                    sched.flush();
+                }
                 match events.recv_timeout(Duration::from_millis(100)) {
                     Ok(ev) => ev,
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
@@ -637,7 +704,14 @@ fn handle_event(
                     // The partial is only trusted if the source has not changed since.
                     let same = size == entry.size && mtime_ns == entry.mtime_ns;
                     if same {
-                        stats.resumed_bytes(chunks.len() * u64::from(sched.chunk_bytes()));
+                        // Whole chunks, less what the last one lacks if it is held.
+                        let chunk = u64::from(sched.chunk_bytes());
+                        let count = sluice_wire::chunk_count(entry.size, sched.chunk_bytes());
+                        let mut held = chunks.len() * chunk;
+                        if count > 0 && chunks.contains(count - 1) {
+                            held -= count * chunk - entry.size;
+                        }
+                        stats.resumed_bytes(held);
                     }
                     schedule(specs, layouts, spec, &entry, same.then_some(chunks), sched);
                 }

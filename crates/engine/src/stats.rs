@@ -292,7 +292,8 @@ pub struct Summary {
     pub files_failed: u64,
     /// Bytes the destination already held and were not sent again (`--resume`).
     pub bytes_resumed: u64,
-    /// Chunks sent again after the sink rejected a corrupted copy.
+    /// Chunks sent again after the sink rejected a corrupted copy (a source counts what
+    /// it sent again, a sink what it asked for again).
     pub chunks_resent: u64,
     /// Wall-clock seconds.
     pub seconds: f64,

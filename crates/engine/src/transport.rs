@@ -93,7 +93,7 @@ impl FrameReader {
             if let Some(frame) = self.decoder.next() {
                 return frame.map(Some).map_err(|e| EngineError::Protocol {
                     peer: self.peer.clone(),
-                    source: e,
+                    cause: e,
                 });
             }
             // Never read more than the decoder can take, so nothing is ever held back.
@@ -342,7 +342,7 @@ impl ChunkReceiver {
         }
         let protocol = |peer: &str, e| EngineError::Protocol {
             peer: peer.to_string(),
-            source: e,
+            cause: e,
         };
         let (fh, _) = FrameHeader::decode(&self.head).map_err(|e| protocol(&self.peer, e))?;
         let total = fh.frame_len();

@@ -176,9 +176,26 @@ impl Root {
     /// [`FsError::OutsideRoot`] through a symlink leading out; [`FsError::WrongKind`]
     /// if `rel` is a symlink, a directory, a fifo, ...; [`FsError::Io`] otherwise.
     pub fn open_read(&self, rel: &RelPath) -> Result<File, FsError> {
+        self.open_read_flags(rel, 0)
+    }
+
+    /// [`Root::open_read`] with `O_DIRECT`: reads bypass the page cache and must use
+    /// aligned buffers, offsets and lengths. File systems without direct I/O answer
+    /// `EINVAL` ([`FsError::Io`]); callers fall back to [`Root::open_read`].
+    ///
+    /// # Errors
+    /// As [`Root::open_read`].
+    pub fn open_read_direct(&self, rel: &RelPath) -> Result<File, FsError> {
+        self.open_read_flags(rel, libc::O_DIRECT)
+    }
+
+    fn open_read_flags(&self, rel: &RelPath, extra: i32) -> Result<File, FsError> {
         let mut opts = OpenOptions::new();
         opts.read(true).follow(FollowSymlinks::No);
-        cap_std::fs::OpenOptionsExt::custom_flags(&mut opts, libc::O_NONBLOCK | libc::O_NOCTTY);
+        cap_std::fs::OpenOptionsExt::custom_flags(
+            &mut opts,
+            libc::O_NONBLOCK | libc::O_NOCTTY | extra,
+        );
         let file = match self.dir.open_with(rel.as_str(), &opts) {
             Ok(f) => f,
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {

@@ -277,7 +277,11 @@ impl SinkFile {
         let mut o = open_opts(true, true);
         o.create_new(true).mode(0o600);
         let file = dir.open_with(&tmp, &o).map_err(err(Op::Create))?.into_std();
-        preallocate(&file, incoming.size).map_err(err(Op::Preallocate))?;
+        if let Err(e) = preallocate(&file, incoming.size) {
+            // Nothing worth resuming (e.g. ENOSPC): leave nothing behind.
+            let _ = dir.remove_file(&tmp);
+            return Err(err(Op::Preallocate)(e));
+        }
         let mut o = open_opts(true, false);
         o.append(true).create_new(true).mode(0o600);
         let mut log = dir
