@@ -12,15 +12,19 @@
 //! |--------|----------|---------|
 //! | `os`   | one, unbound | unbound: the scheduler decides (the baseline) |
 //! | `bind` | one, on the first selected NIC's node | all on that node's cores, even when that oversubscribes it (seed 000's NB) |
-//! | `smts` | one per socket, buffers on the socket's NIC node | each on a core of its channel's socket; I/O balanced over sockets; net threads on the NIC's node (seed 000's SMTS) |
+//! | `smts` | one per socket, buffers on the socket's NIC node (else its first node) | each on a core of its channel's socket; I/O round-robin over sockets from the NIC's socket; net threads on the NIC's node (seed 000's SMTS) |
 //! | `nmts` | one per NUMA node | balanced over nodes, round-robin per role; net threads on NIC nodes, control next to them (seed 000's NMTS) |
-//! | `mts`  | one per NUMA node, grouped by socket | net threads on each NIC's node, I/O and compression balanced over the sockets and their nodes (seed 000's MTS) |
+//! | `mts`  | one per NUMA node, grouped by socket | net threads on each NIC's node, I/O and compression round-robin over the sockets from the NIC's socket, then over their nodes (seed 000's MTS) |
 //! | `auto` | one of the above | one usable node: `os`; all selected NICs on one node and the threads fit on its cores: `bind`; otherwise `mts` |
 //!
 //! Every bound thread gets one whole core while free cores remain where it may go
 //! (net threads first, on their NIC's node; I/O threads starting at their storage
 //! device's node, seed 002); only then do threads share cores, and the plan says so in
-//! one note. Manual placements (`--place ROLE=mem:N,exec:A+B|os`) express seed 001's
+//! one note. When the job does not fit the machine, net threads share their NIC node's
+//! cores rather than leave it, and I/O and compression threads share cores elsewhere.
+//! A channel's buffers are bound to its `numa_node` alone; its `nodes` are where its
+//! threads may run. Every channel that drives a NIC has a control thread (every
+//! channel with data-path threads, when none drives a NIC). Manual placements (`--place ROLE=mem:N,exec:A+B|os`) express seed 001's
 //! configurations A-H. [`Plan::explain`] says, in sentences, why the policy was chosen
 //! and where each role went.
 //!

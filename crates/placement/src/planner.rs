@@ -12,11 +12,22 @@
 //!    (`bind`), one per socket (`smts`) or one per node (`nmts`, `mts`).
 //! 4. **Threads** are placed in this order, each on a free core when one exists in an
 //!    acceptable domain:
-//!    net threads (first on their NIC's node, then spilled to the nearest node with a
-//!    free core), one control thread per channel that has net threads (kept in that
-//!    channel), I/O threads (balanced, starting at the storage device's node),
-//!    compression threads (balanced), then any further control threads. Only when no
-//!    free core is left does a thread share the least-loaded core of its channel.
+//!    net threads (first on their NIC's node; see [`build`] for those that find it
+//!    full), one control thread per channel that drives a NIC (kept in that channel),
+//!    I/O threads (balanced, starting at the storage device's node; for `smts` and
+//!    `mts` round-robin over the sockets starting with the NIC's socket, then over the
+//!    nodes of each socket), compression threads (balanced), then, when no channel
+//!    drives a NIC (no selected NIC, or no net thread), one control thread per channel
+//!    with data-path threads, then any further control threads the job asks for. Only
+//!    when no free core is left does a thread share the least-loaded core of its
+//!    channel; I/O and compression threads then keep off the nodes of the net threads
+//!    while another node exists.
+//!
+//!    A net thread that finds its NIC's node full stays in that node's channel (its
+//!    buffers stay next to the NIC, and a channel only lists NICs of its own nodes). If
+//!    the whole job fits the machine it runs on the nearest free core, whose node joins
+//!    the channel's `nodes`; if it does not fit, the net threads (and their control
+//!    thread) share the NIC node's cores and leave the other cores to the other threads.
 //! 5. **Buffers**: the cap is split over the channels in proportion to their data-path
 //!    threads, in whole chunk-sized slots; the partitions add up exactly to the cap.
 //!
@@ -98,11 +109,15 @@ fn auto(ctx: &Context<'_>) -> Plan {
         Some((x, nic)) => {
             let (bind_plan, stats) = build(ctx, Policy::Bind, Policy::Auto, Vec::new());
             let node = &ctx.nodes[x];
+            let exempt = match stats.manual_threads {
+                0 => String::new(),
+                m => format!(" (the {m} placed by --place are exempt)"),
+            };
             if !stats.shared {
                 let why = format!(
-                    "auto chose bind: the {} threads fit on the {} free cores of node {}, where \
-                     NIC {} is attached; seed 000 found binding everything to the NIC's node best \
-                     at low thread counts.",
+                    "auto chose bind: the {} threads{exempt} fit on the {} free cores of node {}, \
+                     where NIC {} is attached; seed 000 found binding everything to the NIC's node \
+                     best at low thread counts.",
                     stats.bound_threads,
                     node.cores.len(),
                     node.os_index,
@@ -113,8 +128,9 @@ fn auto(ctx: &Context<'_>) -> Plan {
                 return plan;
             }
             format!(
-                "auto chose mts: the {} threads do not fit on the {} free cores of node {}, where \
-                 NIC {} is attached; seed 000 found MTS ahead of binding as the thread count grows.",
+                "auto chose mts: the {} threads{exempt} do not fit on the {} free cores of node {}, \
+                 where NIC {} is attached; seed 000 found MTS ahead of binding as the thread count \
+                 grows.",
                 stats.bound_threads,
                 node.cores.len(),
                 node.os_index,
@@ -631,6 +647,18 @@ struct Stats {
     shared: bool,
     /// Bound, non-manual threads.
     bound_threads: usize,
+    /// Threads placed by `--place` (exempt from the core accounting).
+    manual_threads: usize,
+}
+
+/// Which channels get the one control thread each that the plan always has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ControlBasis {
+    /// Every channel that drives a NIC (has net threads), placed right after them.
+    NicChannels,
+    /// No selected NIC, or no net thread: every channel with data-path threads, placed
+    /// after those threads.
+    DataChannels,
 }
 
 struct Builder<'c, 'a> {
@@ -646,6 +674,28 @@ struct Builder<'c, 'a> {
     nic_role: Vec<[u32; ROLES]>,
     nic_total: Vec<u32>,
     next_seq: [u32; ROLES],
+    /// How many net threads that find their NIC's node full may still take a free core
+    /// on another node (see [`build`]).
+    spill_budget: usize,
+    /// The budget this plan started with.
+    spill_allowed: usize,
+    /// Net threads that found their NIC's node full and stayed, sharing its cores,
+    /// because the spill budget was spent.
+    net_kept: usize,
+    /// Where each of those is: (channel, position in its threads, node).
+    kept: Vec<(usize, usize, usize)>,
+    /// Net threads that run on another node than their NIC's (spilled).
+    net_spilled: usize,
+    /// Usable nodes that host automatically placed, bound net threads.
+    net_nodes: BTreeSet<usize>,
+    /// Channels whose net threads stayed on their full NIC node (`net_kept`).
+    kept_channels: BTreeSet<usize>,
+    /// Per role: a thread of it had to share a core and kept off the net threads' nodes.
+    kept_off_net: [bool; ROLES],
+    /// Control threads beyond one per channel, placed because the job asks for them.
+    extra_controls: u32,
+    /// Which channels the per-channel control threads went to.
+    control_basis: ControlBasis,
     /// A thread shared a core because no free core was left where it may go.
     oversubscribed: bool,
     /// Channels whose control thread shared a core although other nodes had free cores.
@@ -654,27 +704,70 @@ struct Builder<'c, 'a> {
 }
 
 /// Plans under a resolved policy (never `auto`).
+///
+/// Net threads that find their NIC's node full first stay there, sharing its cores, so
+/// that every other thread gets the cores it needs elsewhere. Cores that such a plan
+/// leaves idle are then handed to those net threads: the plan is redone with that many
+/// allowed to spill to the nearest free core, and any net thread still sharing its NIC
+/// node's cores then moves to a core left idle (control threads, which stay in their
+/// channel, can leave a few). When the whole job fits the machine every spilling net
+/// thread gets its own core; when it does not, the NIC's node is shared by net threads
+/// (and their control thread) and I/O and compression threads go to the other nodes.
 fn build(
     ctx: &Context<'_>,
     policy: Policy,
     requested: Policy,
     mut explain: Vec<String>,
 ) -> (Plan, Stats) {
-    let mut b = Builder::new(ctx, policy);
+    let mut b = Builder::run(ctx, policy, 0);
+    if policy != Policy::Bind {
+        let idle = b.idle_cores();
+        if b.net_kept > 0 && idle > 0 {
+            b = Builder::run(ctx, policy, idle);
+        }
+        b.settle_kept();
+    }
     explain.push(b.policy_sentence());
-    b.place_net();
-    let extra_controls = b.place_controls();
-    for role in interleaved(ctx, Role::IoRead, Role::IoWrite) {
-        b.place_balanced(role, true);
-    }
-    for role in interleaved(ctx, Role::Compress, Role::Decompress) {
-        b.place_balanced(role, false);
-    }
-    b.place_extra_controls(extra_controls);
     b.finish(requested, explain)
 }
 
 impl<'c, 'a> Builder<'c, 'a> {
+    /// Places every thread of the job: net threads, then (when channels drive NICs) one
+    /// control thread per such channel, I/O, compression, then (otherwise) one control
+    /// thread per channel with data-path threads, then any further control threads.
+    fn run(ctx: &'c Context<'a>, policy: Policy, spill_budget: usize) -> Self {
+        let mut b = Builder::new(ctx, policy);
+        b.spill_budget = spill_budget;
+        b.spill_allowed = spill_budget;
+        b.place_net();
+        let nic_driven = !ctx.nics.is_empty() && ctx.net_threads() > 0;
+        let mut extra_controls = 0;
+        if nic_driven {
+            b.control_basis = ControlBasis::NicChannels;
+            let channels = b.channels_with(Role::is_nic_facing);
+            extra_controls = b.place_controls(&channels);
+        }
+        for role in interleaved(ctx, Role::IoRead, Role::IoWrite) {
+            b.place_balanced(role, true);
+        }
+        for role in interleaved(ctx, Role::Compress, Role::Decompress) {
+            b.place_balanced(role, false);
+        }
+        if !nic_driven {
+            b.control_basis = ControlBasis::DataChannels;
+            let channels = b.channels_with(|r| r != Role::Control);
+            extra_controls = b.place_controls(&channels);
+        }
+        b.extra_controls = extra_controls;
+        b.place_extra_controls(extra_controls);
+        b
+    }
+
+    /// Free cores left on the usable nodes.
+    fn idle_cores(&self) -> usize {
+        self.load.iter().flatten().filter(|&&l| l == 0).count()
+    }
+
     fn new(ctx: &'c Context<'a>, policy: Policy) -> Self {
         let mut notes = Vec::new();
         let bind_node = match ctx.first_nic_node() {
@@ -745,6 +838,16 @@ impl<'c, 'a> Builder<'c, 'a> {
             nic_role: vec![[0; ROLES]; ctx.nics.len()],
             nic_total: vec![0; ctx.nics.len()],
             next_seq: [0; ROLES],
+            spill_budget: 0,
+            spill_allowed: 0,
+            net_kept: 0,
+            kept: Vec::new(),
+            net_spilled: 0,
+            net_nodes: BTreeSet::new(),
+            kept_channels: BTreeSet::new(),
+            kept_off_net: [false; ROLES],
+            extra_controls: 0,
+            control_basis: ControlBasis::NicChannels,
             oversubscribed: false,
             kept_controls: BTreeSet::new(),
             notes,
@@ -818,16 +921,40 @@ impl<'c, 'a> Builder<'c, 'a> {
         true
     }
 
-    /// Counts a thread on core `k` of node `n` and adds it to channel `ch`.
+    /// Counts a thread on core `k` of node `n` and adds it to channel `ch`, whose nodes
+    /// then include `n` (a spilled net thread stays in its NIC's channel).
     fn take(&mut self, role: Role, n: usize, k: usize, ch: usize, nic: Option<usize>) {
         self.load[n][k] += 1;
         self.role_on_node[n][slot(role)] += 1;
         self.total_on_node[n] += 1;
+        if role.is_nic_facing() {
+            self.net_nodes.insert(n);
+        }
         let cpus = self.ctx.nodes[n].cores[k].clone();
         self.push(ch, role, Some(cpus), false, Some(n));
-        if let Some(i) = nic {
-            self.channels[ch].nics.insert(i);
+        let channel = &mut self.channels[ch];
+        if let Err(at) = channel.nodes.binary_search(&n) {
+            channel.nodes.insert(at, n);
         }
+        if let Some(i) = nic {
+            channel.nics.insert(i);
+        }
+    }
+
+    /// The least-loaded core of node `n` (the first on ties).
+    fn least_loaded_core(&self, n: usize) -> usize {
+        let load = &self.load[n];
+        (0..load.len()).min_by_key(|&k| (load[k], k)).unwrap_or(0)
+    }
+
+    /// Whether a data-path thread that must share a core keeps off node `n`: `n` hosts
+    /// net threads and another usable node hosts none (the NIC's node is shared by net
+    /// threads before any I/O or compression thread is put there).
+    fn keeps_off(&self, role: Role, n: usize) -> bool {
+        role != Role::Control
+            && !role.is_nic_facing()
+            && self.net_nodes.contains(&n)
+            && self.net_nodes.len() < self.ctx.nodes.len()
     }
 
     fn free_core(&self, n: usize) -> Option<usize> {
@@ -893,8 +1020,15 @@ impl<'c, 'a> Builder<'c, 'a> {
             Scope::Spill => self.channel_of_node(p),
             Scope::Channel(c) => c,
         };
+        let mut nodes = self.chan_order(ch, p);
+        if nodes.iter().any(|&n| !self.keeps_off(role, n)) {
+            nodes.retain(|&n| !self.keeps_off(role, n));
+        }
+        if (0..self.ctx.nodes.len()).any(|n| self.keeps_off(role, n)) {
+            self.kept_off_net[slot(role)] = true;
+        }
         let mut best: Option<(u32, usize, usize)> = None;
-        for n in self.chan_order(ch, p) {
+        for n in nodes {
             for (k, &l) in self.load[n].iter().enumerate() {
                 if best.is_none_or(|(bl, _, _)| l < bl) {
                     best = Some((l, n, k));
@@ -932,8 +1066,11 @@ impl<'c, 'a> Builder<'c, 'a> {
     }
 
     /// The node the next balanced thread of `role` prefers: fewest threads of its role,
-    /// then (I/O) nearest the storage, then fewest threads in all; for `smts` and `mts`
-    /// the socket is chosen that way first, then the node within it.
+    /// then (I/O) nearest the storage, then fewest threads in all. For `smts` and `mts`
+    /// the socket is chosen first (seed 000's LADS): fewest threads of the role, nearest
+    /// the storage, fewest threads of its group (I/O, compression or net), then
+    /// round-robin starting with the first NIC's socket, so that the NIC's socket takes
+    /// its share whatever its net threads already hold; then the node within it.
     fn balanced(&self, role: Role, storage: bool) -> usize {
         let ctx = self.ctx;
         let r = slot(role);
@@ -941,9 +1078,26 @@ impl<'c, 'a> Builder<'c, 'a> {
             return self.bind_node;
         }
         // Only nodes with a free core compete while there are any: a full node would
-        // only send the thread on to a neighbour that the balance did not choose.
+        // only send the thread on to a neighbour that the balance did not choose. With
+        // none left, data-path threads keep off the nodes of the net threads.
         let any_free = (0..ctx.nodes.len()).any(|n| self.free_core(n).is_some());
-        let open = |n: &usize| !any_free || self.free_core(*n).is_some();
+        let open = |n: &usize| {
+            if any_free {
+                self.free_core(*n).is_some()
+            } else {
+                !self.keeps_off(role, *n)
+            }
+        };
+        let group: &[Role] = match role {
+            Role::IoRead | Role::IoWrite => &[Role::IoRead, Role::IoWrite],
+            Role::Compress | Role::Decompress => &[Role::Compress, Role::Decompress],
+            Role::NetSend | Role::NetRecv => &[Role::NetSend, Role::NetRecv],
+            Role::Control => &[Role::Control],
+        };
+        let in_group =
+            |n: usize| -> u32 { group.iter().map(|&g| self.role_on_node[n][slot(g)]).sum() };
+        let sockets = ctx.sockets.len();
+        let first_socket = ctx.first_nic_node().map_or(0, |(n, _)| ctx.nodes[n].socket);
         let node_key = |n: &usize| {
             (
                 self.role_on_node[*n][r],
@@ -959,8 +1113,8 @@ impl<'c, 'a> Builder<'c, 'a> {
                     (
                         nodes.iter().map(|&n| self.role_on_node[n][r]).sum::<u32>(),
                         nodes.iter().map(|&n| self.storage_rank(n, storage)).min(),
-                        nodes.iter().map(|&n| self.total_on_node[n]).sum::<u32>(),
-                        *s,
+                        nodes.iter().map(|&n| in_group(n)).sum::<u32>(),
+                        (*s + sockets - first_socket) % sockets,
                     )
                 };
                 let socket = (0..ctx.sockets.len())
@@ -1010,7 +1164,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         }
         for &(role, nic, pref) in &spill {
             if let Some(p) = pref {
-                self.place(role, p, Scope::Spill, nic);
+                self.place_nic_facing(role, p, nic);
             }
         }
         for &(role, nic, pref) in &spill {
@@ -1018,6 +1172,138 @@ impl<'c, 'a> Builder<'c, 'a> {
                 let p = self.balanced(role, false);
                 self.place(role, p, Scope::Spill, nic);
             }
+        }
+    }
+
+    /// A net thread whose NIC's node `p` has no free core left. It stays in `p`'s
+    /// channel (whose buffers are on `p`, next to the NIC). While the spill budget lasts
+    /// it runs on a free core of the nearest node that has one (the channel's nodes
+    /// then include that node); otherwise it shares the least-loaded core of `p`.
+    fn place_nic_facing(&mut self, role: Role, p: usize, nic: Option<usize>) {
+        let ch = self.channel_of_node(p);
+        if self.spill_budget > 0 {
+            let free = self
+                .spill_order(p)
+                .into_iter()
+                .find_map(|n| self.free_core(n).map(|k| (n, k)));
+            if let Some((n, k)) = free {
+                self.spill_budget -= 1;
+                self.net_spilled += 1;
+                self.take(role, n, k, ch, nic);
+                return;
+            }
+        }
+        self.net_kept += 1;
+        self.kept.push((ch, self.channels[ch].threads.len(), p));
+        let k = self.least_loaded_core(p);
+        self.take(role, p, k, ch, nic);
+    }
+
+    /// Moves net threads that share their NIC node's cores to cores left idle, nearest
+    /// first, one from the most loaded core each time, until either runs out. Then
+    /// records the channels whose net threads still share their NIC's node.
+    fn settle_kept(&mut self) {
+        let ctx = self.ctx;
+        let core_of = |b: &Self, (ch, i, p): (usize, usize, usize)| {
+            let cpus = b.channels[ch].threads[i]
+                .cpus
+                .as_deref()
+                .unwrap_or_default();
+            ctx.nodes[p]
+                .cores
+                .iter()
+                .position(|c| c == cpus)
+                .unwrap_or(0)
+        };
+        while !self.kept.is_empty() {
+            // The kept thread on the most loaded core (the last one kept on ties).
+            let Some(pick) = (0..self.kept.len()).max_by_key(|&j| {
+                let (_, _, p) = self.kept[j];
+                (self.load[p][core_of(self, self.kept[j])], j)
+            }) else {
+                break;
+            };
+            let (ch, i, p) = self.kept[pick];
+            let Some((n, k)) = self
+                .spill_order(p)
+                .into_iter()
+                .find_map(|n| self.free_core(n).map(|k| (n, k)))
+            else {
+                break;
+            };
+            let old = core_of(self, self.kept[pick]);
+            let role = self.channels[ch].threads[i].role;
+            self.load[p][old] -= 1;
+            self.role_on_node[p][slot(role)] -= 1;
+            self.total_on_node[p] -= 1;
+            self.load[n][k] += 1;
+            self.role_on_node[n][slot(role)] += 1;
+            self.total_on_node[n] += 1;
+            self.net_nodes.insert(n);
+            let thread = &mut self.channels[ch].threads[i];
+            thread.cpus = Some(ctx.nodes[n].cores[k].clone());
+            thread.node = Some(n);
+            let channel = &mut self.channels[ch];
+            if let Err(at) = channel.nodes.binary_search(&n) {
+                channel.nodes.insert(at, n);
+            }
+            self.kept.swap_remove(pick);
+            self.net_kept -= 1;
+            self.net_spilled += 1;
+            self.rehome_controls(ch);
+        }
+        self.kept_channels = self.kept.iter().map(|&(ch, _, _)| ch).collect();
+    }
+
+    /// Moves the control threads of channel `ch` that share a core to free cores the
+    /// channel has gained (a net thread moved to a new node), nearest its node first.
+    fn rehome_controls(&mut self, ch: usize) {
+        let ctx = self.ctx;
+        let Some(home) = self.channels[ch].numa_node else {
+            return;
+        };
+        for i in 0..self.channels[ch].threads.len() {
+            let t = &self.channels[ch].threads[i];
+            let (Role::Control, false, Some(p), Some(cpus)) = (t.role, t.manual, t.node, &t.cpus)
+            else {
+                continue;
+            };
+            let Some(old) = ctx.nodes[p].cores.iter().position(|c| c == cpus) else {
+                continue;
+            };
+            if self.load[p][old] < 2 {
+                continue;
+            }
+            let Some((n, k)) = self
+                .chan_order(ch, home)
+                .into_iter()
+                .find_map(|n| self.free_core(n).map(|k| (n, k)))
+            else {
+                return;
+            };
+            self.load[p][old] -= 1;
+            self.role_on_node[p][slot(Role::Control)] -= 1;
+            self.total_on_node[p] -= 1;
+            self.load[n][k] += 1;
+            self.role_on_node[n][slot(Role::Control)] += 1;
+            self.total_on_node[n] += 1;
+            let thread = &mut self.channels[ch].threads[i];
+            thread.cpus = Some(ctx.nodes[n].cores[k].clone());
+            thread.node = Some(n);
+        }
+        let still_shares = self.channels[ch].threads.iter().any(|t| {
+            t.role == Role::Control
+                && t.node.is_some_and(|p| {
+                    let cpus = t.cpus.as_deref().unwrap_or_default();
+                    ctx.nodes[p]
+                        .cores
+                        .iter()
+                        .position(|c| c == cpus)
+                        .is_some_and(|k| self.load[p][k] > 1)
+                })
+        });
+        if !still_shares {
+            self.kept_controls.remove(&ch);
         }
     }
 
@@ -1035,16 +1321,20 @@ impl<'c, 'a> Builder<'c, 'a> {
         order
     }
 
-    /// One control thread per channel with net threads, co-located with them. Returns
-    /// how many more the job asks for (placed last).
-    fn place_controls(&mut self) -> u32 {
-        let net: Vec<usize> = self
-            .channel_order()
+    /// Channels (in channel order) with a thread whose role satisfies `pred`.
+    fn channels_with(&self, pred: impl Fn(Role) -> bool + Copy) -> Vec<usize> {
+        self.channel_order()
             .into_iter()
-            .filter(|&c| self.channels[c].has(Role::is_nic_facing))
-            .collect();
+            .filter(|&c| self.channels[c].has(pred))
+            .collect()
+    }
+
+    /// One control thread in each of `channels`, on a core of that channel (next to
+    /// its net threads, which were placed first). Returns how many more the job asks
+    /// for (placed last).
+    fn place_controls(&mut self, channels: &[usize]) -> u32 {
         let wanted = self.ctx.count(Role::Control).max(1);
-        let per_channel = u32::try_from(net.len()).unwrap_or(u32::MAX);
+        let per_channel = u32::try_from(channels.len()).unwrap_or(u32::MAX);
         let count = wanted.max(per_channel);
         if self.ctx.manual[slot(Role::Control)].is_some() {
             for _ in 0..count {
@@ -1052,7 +1342,7 @@ impl<'c, 'a> Builder<'c, 'a> {
             }
             return 0;
         }
-        for c in net {
+        for &c in channels {
             self.place_control(c);
         }
         count - per_channel
@@ -1068,7 +1358,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         self.place(Role::Control, p, Scope::Channel(c), None);
     }
 
-    /// Control threads beyond one per net channel: first to channels with data-path
+    /// Control threads beyond one per channel: first to channels with data-path
     /// threads but no control thread, then round-robin over the channels with threads.
     fn place_extra_controls(&mut self, extra: u32) {
         if extra == 0 {
@@ -1167,6 +1457,21 @@ impl<'c, 'a> Builder<'c, 'a> {
         let used_cores = self.load.iter().flatten().filter(|&&l| l > 0).count();
         let max_per_core = self.load.iter().flatten().copied().max().unwrap_or(0);
         let shared = max_per_core > 1;
+        let manual_threads = self
+            .channels
+            .iter()
+            .flat_map(|c| c.threads.iter())
+            .filter(|t| t.manual)
+            .count();
+        let exempt = match manual_threads {
+            0 => String::new(),
+            1 => " (the 1 thread placed by --place is exempt: it runs where --place puts it)"
+                .to_string(),
+            m => format!(
+                " (the {m} threads placed by --place are exempt: they run where --place puts \
+                 them)"
+            ),
+        };
 
         let mut order = self.channel_order();
         let all_empty = order.iter().all(|&c| self.channels[c].threads.is_empty());
@@ -1213,10 +1518,12 @@ impl<'c, 'a> Builder<'c, 'a> {
         if !self.bound() {
             notes.push("os: nothing is bound; the scheduler places threads and pages".into());
         }
-        if self.policy == Policy::Bind && self.oversubscribed {
+        let oversubscribed = self.oversubscribed || self.net_kept > 0;
+        if self.policy == Policy::Bind && oversubscribed {
             let node = &ctx.nodes[self.bind_node];
+            let planned = if manual_threads > 0 { " planned" } else { "" };
             notes.push(format!(
-                "bind keeps all {bound_threads} threads on node {}'s {} cores",
+                "bind keeps all {bound_threads}{planned} threads on node {}'s {} cores{exempt}",
                 node.os_index,
                 node.cores.len()
             ));
@@ -1232,13 +1539,58 @@ impl<'c, 'a> Builder<'c, 'a> {
                 }
             }
         }
-        if self.oversubscribed {
+        if oversubscribed {
+            if manual_threads == 0 {
+                notes.push(format!(
+                    "oversubscribed: {bound_threads} threads on {used_cores} cores (up to \
+                     {max_per_core} per core); threads share cores round-robin"
+                ));
+            } else {
+                let total = bound_threads + manual_threads;
+                notes.push(format!(
+                    "oversubscribed: {total} threads, {manual_threads} of them placed by \
+                     --place and exempt (they run where --place puts them); the other \
+                     {bound_threads} on {used_cores} cores (up to {max_per_core} per core) \
+                     share cores round-robin"
+                ));
+            }
+        }
+        if self.net_kept > 0 && self.policy != Policy::Bind {
+            let mut nodes: Vec<u32> = self
+                .kept_channels
+                .iter()
+                .filter_map(|&c| self.channels[c].numa_node)
+                .map(|n| ctx.nodes[n].os_index)
+                .collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            let (node_s, its) = if nodes.len() == 1 {
+                ("node", "its")
+            } else {
+                ("nodes", "their")
+            };
+            let threads = match self.net_kept {
+                1 => "1 net thread finds".to_string(),
+                n => format!("{n} net threads find"),
+            };
+            let with_control = self.kept_channels.iter().all(|&c| {
+                let ch = &self.channels[c];
+                ch.threads
+                    .iter()
+                    .any(|t| t.role == Role::Control && t.node.is_some() && t.node == ch.numa_node)
+            });
+            let control = if with_control {
+                " with their control thread"
+            } else {
+                ""
+            };
             notes.push(format!(
-                "oversubscribed: {bound_threads} threads on {used_cores} cores (up to \
-                 {max_per_core} per core); threads share cores round-robin"
+                "the job does not fit the machine: {threads} no free core on NIC {node_s} {} and \
+                 share {its} cores{control} rather than take cores that the other threads need",
+                format_cpulist(&nodes)
             ));
         }
-        for &c in &self.kept_controls {
+        for &c in self.kept_controls.difference(&self.kept_channels) {
             if let (Some(id), Some(n)) = (new_id.get(&c), self.channels[c].numa_node) {
                 notes.push(format!(
                     "the control thread of channel {id} shares a core on node {}: the node has \
@@ -1263,12 +1615,16 @@ impl<'c, 'a> Builder<'c, 'a> {
             && ctx.net_threads() > 0
             && ctx.first_nic_node().is_some()
         {
-            for socket in &ctx.sockets {
-                let has_nic = socket.nodes.iter().any(|&n| ctx.is_nic_node(n));
-                let has_data = self.channels.iter().any(|c| {
-                    c.nodes.iter().any(|n| socket.nodes.contains(n))
-                        && c.has(|r| r != Role::Control && !r.is_nic_facing())
-                });
+            for (s, socket) in ctx.sockets.iter().enumerate() {
+                // The socket's own channels: those whose buffers are on its nodes.
+                let own = || {
+                    self.channels
+                        .iter()
+                        .filter(move |c| c.numa_node.is_some_and(|n| ctx.nodes[n].socket == s))
+                };
+                let has_nic = socket.nodes.iter().any(|&n| ctx.is_nic_node(n))
+                    || own().any(|c| !c.nics.is_empty());
+                let has_data = own().any(|c| c.has(|r| r != Role::Control && !r.is_nic_facing()));
                 if !has_nic && has_data {
                     notes.push(format!(
                         "{} has no selected NIC: its chunks cross the interconnect once, between \
@@ -1328,6 +1684,7 @@ impl<'c, 'a> Builder<'c, 'a> {
         let stats = Stats {
             shared,
             bound_threads,
+            manual_threads,
         };
         (plan, stats)
     }
@@ -1428,25 +1785,94 @@ impl<'c, 'a> Builder<'c, 'a> {
                     } else {
                         "on the nearest node with one"
                     };
+                    let rest = match (self.net_spilled, self.net_kept) {
+                        (0, 0) => format!(", else {elsewhere}"),
+                        (_, 0) => format!(
+                            ", else {elsewhere}, staying in the NIC's channel with its buffers"
+                        ),
+                        (0, _) => "; the job does not fit the machine, so the others share the \
+                                   NIC node's cores rather than take cores the other threads need"
+                            .to_string(),
+                        (spilled, _) => format!(
+                            "; the job does not fit the machine, so only {spilled} more take \
+                             cores that no other thread needs ({elsewhere}, staying in the NIC's \
+                             channel) and the others share the NIC node's cores"
+                        ),
+                    };
                     format!(
                         "NIC-facing threads are placed first, each on its NIC's node while it has \
-                         a free core, else {elsewhere} (seed 001: receivers next to the NIC win)"
+                         a free core{rest} (seed 001: receivers next to the NIC win)"
                     )
                 } else {
                     format!("no selected NIC has a known node, so they are {over}")
                 }
             }
-            Role::Control => "one per channel that drives a NIC, on the same node as that \
-                              channel's net threads (seed 000's NMTS: control and communication \
-                              threads share work queues)"
-                .to_string(),
+            Role::Control => {
+                let basis = match self.control_basis {
+                    ControlBasis::NicChannels => {
+                        "one per channel that drives a NIC, on the same \
+                                                  node as that channel's net threads (seed 000's \
+                                                  NMTS: control and communication threads share \
+                                                  work queues)"
+                    }
+                    ControlBasis::DataChannels if ctx.nics.is_empty() => {
+                        "no NIC is selected, so one per channel that has data-path threads, on a \
+                         core of that channel"
+                    }
+                    ControlBasis::DataChannels => {
+                        "the job has no net threads, so one per channel that has data-path \
+                         threads, on a core of that channel"
+                    }
+                };
+                let per_channel = ctx.count(Role::Control).max(1) - self.extra_controls;
+                match self.extra_controls {
+                    0 => basis.to_string(),
+                    n if per_channel == 0 => {
+                        let place = match ctx.first_nic_node() {
+                            Some((_, nic)) => {
+                                format!("the channel of NIC {}'s node", ctx.nics[nic].name)
+                            }
+                            None => "the first channel".to_string(),
+                        };
+                        format!(
+                            "the job has no data-path threads; the {n} it asks for go to {place}"
+                        )
+                    }
+                    n => format!(
+                        "{basis}; {n} more because the job asks for {}, first to channels \
+                         without one",
+                        ctx.count(Role::Control)
+                    ),
+                }
+            }
             Role::IoRead | Role::IoWrite => {
-                format!("{over}{storage} (seed 002: I/O threads near the device)")
+                let away = self.kept_off_sentence(role);
+                format!("{over}{storage}{away} (seed 002: I/O threads near the device)")
             }
             Role::Compress | Role::Decompress => {
-                format!("{over}, so every node carries an even share (seed 001)")
+                let away = self.kept_off_sentence(role);
+                format!("{over}{away}, so every node carries an even share (seed 001)")
             }
         }
+    }
+
+    /// `; with no free core left, they share cores away from node 1, where the net
+    /// threads are` when a thread of `role` kept off the net threads' nodes.
+    fn kept_off_sentence(&self, role: Role) -> String {
+        if !self.kept_off_net[slot(role)] {
+            return String::new();
+        }
+        let nodes: Vec<u32> = self
+            .net_nodes
+            .iter()
+            .map(|&n| self.ctx.nodes[n].os_index)
+            .collect();
+        let node_s = if nodes.len() == 1 { "node" } else { "nodes" };
+        format!(
+            "; with no free core left, they share cores away from {node_s} {}, where the net \
+             threads are",
+            format_cpulist(&nodes)
+        )
     }
 }
 
@@ -1470,7 +1896,12 @@ fn partition_sentence(job: &Job, channels: &[Channel], weights: &[u64]) -> Strin
         .map(|c| {
             let slots = c.buffer_bytes / job.chunk_bytes;
             let rest = c.buffer_bytes % job.chunk_bytes;
-            if rest == 0 {
+            if c.buffer_bytes == 0 {
+                format!(
+                    "channel {} holds no buffer (only control threads, which need no slot)",
+                    c.id
+                )
+            } else if rest == 0 {
                 format!("channel {} {slots} slots", c.id)
             } else {
                 format!("channel {} {slots} slots + {rest} bytes", c.id)

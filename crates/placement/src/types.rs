@@ -287,12 +287,18 @@ pub struct Channel {
     /// unbound (`os`).
     pub numa_node: Option<u32>,
     /// The nodes the channel's threads may run on (never where its memory goes; see
-    /// `numa_node`): `[numa_node]`, or a socket's nodes for `smts`. Sorted; empty when
-    /// unbound.
+    /// `numa_node`): `[numa_node]`, or a socket's nodes for `smts`, plus any node that
+    /// one of its net threads spilled to because the NIC's node was full (the job
+    /// fitting the machine). Sorted; empty when unbound.
     pub nodes: Vec<u32>,
     /// Package of the channel, if bound.
     pub package: Option<u32>,
-    /// NICs whose connections this channel drives.
+    /// NICs whose connections this channel drives. Under `smts`, `nmts` and `mts` only
+    /// NICs attached to one of the channel's `nodes` (a NIC on a node without usable
+    /// CPUs or memory counts as attached to the nearest usable node), and NICs of
+    /// unknown locality in the channel their net threads went to; `bind` lists every
+    /// selected NIC (a note says which cross the interconnect), and manually placed net
+    /// threads make their channel list the NIC they drive.
     pub nics: Vec<String>,
     /// This channel's buffer partition, bytes. All partitions add up to the job's cap.
     pub buffer_bytes: u64,

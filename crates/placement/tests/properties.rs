@@ -389,12 +389,21 @@ fn check_plan(case: &Case, facts: &Facts, p: &Plan) -> Result<(), TestCaseError>
     sorted.sort();
     prop_assert_eq!(keys, sorted, "channels in node order");
 
-    // Thread counts and indexes.
-    let net_channels = p
-        .channels
-        .iter()
-        .filter(|c| c.threads.iter().any(|t| t.role.is_nic_facing()))
-        .count();
+    // Thread counts and indexes. One control thread per channel that drives a NIC, or,
+    // when no NIC is selected or the job has no net threads, per channel with data-path
+    // threads; the job's count is a minimum.
+    let nic_driven = !selected_nics(m, job).is_empty()
+        && job.count(Role::NetSend) + job.count(Role::NetRecv) > 0;
+    let needs_control = |c: &Channel| {
+        c.threads.iter().any(|t| {
+            if nic_driven {
+                t.role.is_nic_facing()
+            } else {
+                t.role != Role::Control
+            }
+        })
+    };
+    let control_channels = p.channels.iter().filter(|c| needs_control(c)).count();
     for role in Role::ALL {
         let of_role: Vec<&ThreadPlan> = p
             .threads()
@@ -402,7 +411,7 @@ fn check_plan(case: &Case, facts: &Facts, p: &Plan) -> Result<(), TestCaseError>
             .filter(|t| t.role == role)
             .collect();
         let want = if role == Role::Control {
-            (job.count(role).max(1) as usize).max(net_channels)
+            (job.count(role).max(1) as usize).max(control_channels)
         } else {
             job.count(role) as usize
         };
@@ -411,11 +420,15 @@ fn check_plan(case: &Case, facts: &Facts, p: &Plan) -> Result<(), TestCaseError>
         let expected: Vec<u32> = (0..).take(idx.len()).collect();
         prop_assert_eq!(idx, expected, "{} indexes", role);
     }
-    // Every channel that drives a NIC has its control thread (unless control is manual).
+    // Each of those channels has its control thread (unless control is manual).
     if manual_role(job, Role::Control).is_none() {
         for c in &p.channels {
-            if c.threads.iter().any(|t| t.role.is_nic_facing()) {
-                prop_assert!(c.threads.iter().any(|t| t.role == Role::Control));
+            if needs_control(c) {
+                prop_assert!(
+                    c.threads.iter().any(|t| t.role == Role::Control),
+                    "channel {} has no control thread",
+                    c.id
+                );
             }
         }
     }
@@ -577,6 +590,93 @@ fn check_plan(case: &Case, facts: &Facts, p: &Plan) -> Result<(), TestCaseError>
             }
         }
     }
+    // Strong form for any number of NICs, whatever the other threads: when every NIC
+    // node has at least as many cores as there are net threads, every net thread is on
+    // a NIC node (net threads are placed first, on their NIC's node).
+    let known: Option<BTreeSet<u32>> = selected
+        .iter()
+        .map(|n| n.numa_node.map(|node| facts.effective(m, node)))
+        .collect();
+    if let (false, true, Some(known)) = (
+        net_manual,
+        matches!(p.policy, Policy::Nmts | Policy::Mts | Policy::Smts),
+        known,
+    ) {
+        let room = known.iter().all(|n| {
+            facts
+                .usable_nodes
+                .get(n)
+                .is_some_and(|cores| cores.len() >= auto_net.len())
+        });
+        if room && !known.is_empty() {
+            for (_, t) in &auto_net {
+                let node = facts.node_of_core(t.cpus.as_ref().expect("bound"));
+                prop_assert!(
+                    node.is_some_and(|n| known.contains(&n)),
+                    "{} {} on node {:?}, NIC nodes {:?} had room",
+                    t.role,
+                    t.index,
+                    node,
+                    known
+                );
+            }
+        }
+    }
+
+    // A channel lists only NICs local to its nodes (its buffer node for nmts and mts),
+    // or NICs of unknown locality (whose threads are balanced). Manual net threads may
+    // make any channel drive any NIC.
+    if !net_manual && matches!(p.policy, Policy::Nmts | Policy::Mts | Policy::Smts) {
+        for c in &p.channels {
+            for name in &c.nics {
+                let Some(node) = m.nic(name).and_then(|n| n.numa_node) else {
+                    continue;
+                };
+                let node = facts.effective(m, node);
+                prop_assert!(
+                    c.nodes.contains(&node),
+                    "channel {} on nodes {:?} lists {} of node {}",
+                    c.id,
+                    c.nodes,
+                    name,
+                    node
+                );
+                if p.policy != Policy::Smts {
+                    prop_assert_eq!(c.numa_node, Some(node), "channel {} lists {}", c.id, name);
+                }
+            }
+        }
+    }
+
+    // When cores are shared, I/O and compression threads keep off the nodes of the net
+    // threads (the NIC's node is shared by net threads and their control thread first),
+    // unless every usable node hosts net threads.
+    if matches!(p.policy, Policy::Nmts | Policy::Mts | Policy::Smts) {
+        let net_nodes: BTreeSet<u32> = auto_net
+            .iter()
+            .filter_map(|(_, t)| facts.node_of_core(t.cpus.as_ref().expect("bound")))
+            .collect();
+        if net_nodes.len() < facts.usable_nodes.len() {
+            for (core, on) in &load {
+                let data: Vec<&ThreadPlan> = on
+                    .iter()
+                    .map(|(_, t)| *t)
+                    .filter(|t| t.role != Role::Control)
+                    .collect();
+                let node = facts.node_of_core(core).expect("core");
+                if data.len() >= 2 && net_nodes.contains(&node) {
+                    prop_assert!(
+                        data.iter().all(|t| t.role.is_nic_facing()),
+                        "core {:?} on net node {} shared by {:?}",
+                        core,
+                        node,
+                        data.iter().map(|t| t.role).collect::<Vec<_>>()
+                    );
+                }
+            }
+        }
+    }
+
     // Weak form, any NICs: a net thread away from every NIC node its channel drives
     // spilled, so one of those NIC nodes is full of net threads. (Manual net threads
     // make a channel drive NICs that its automatic threads do not use.)

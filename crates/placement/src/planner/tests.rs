@@ -318,7 +318,10 @@ fn io_threads_start_at_the_storage_node() {
 }
 
 #[test]
-fn net_threads_spill_to_the_nearest_node_with_free_cores() {
+fn regression_spilled_net_threads_stay_in_their_nic_channel() {
+    // 6 net threads, 4 cores on eth1's node 1, and the job fits the machine: two spill
+    // to the nearest node with free cores, but stay in node 1's channel (buffers next
+    // to eth1), so that no channel lists a NIC that is not on one of its nodes.
     let m = two_by_two();
     let p = plan(&m, &job(&[(Role::NetRecv, 6)]), Policy::Nmts).expect("plan");
     let mut per_node: BTreeMap<u32, usize> = BTreeMap::new();
@@ -326,25 +329,245 @@ fn net_threads_spill_to_the_nearest_node_with_free_cores() {
         let node = node_of(&m, t.cpus.as_ref().expect("bound"));
         assert_eq!(
             c.numa_node,
-            Some(node),
-            "a spilled thread joins its node's channel"
+            Some(1),
+            "a spilled thread stays in its NIC's channel"
         );
-        assert_eq!(c.nics, vec!["eth1".to_string()]);
+        assert!(c.nodes.contains(&node), "{node} not in {:?}", c.nodes);
         *per_node.entry(node).or_default() += 1;
     }
     // Four on the NIC node, the rest on node 0 (same socket, distance 21).
     assert_eq!(per_node, BTreeMap::from([(0, 2), (1, 4)]));
-    // Both channels drive eth1, so both get a control thread.
-    let controls: BTreeSet<Option<u32>> = threads_of(&p, Role::Control)
+    assert_eq!(p.channels.len(), 1);
+    let ch = &p.channels[0];
+    assert_eq!(
+        ch.nodes,
+        vec![0, 1],
+        "threads run on both, buffers on node 1"
+    );
+    assert_eq!(ch.nics, vec!["eth1".to_string()]);
+    assert_eq!(ch.buffer_bytes, GIB);
+    // One channel drives eth1: one control thread, next to the spilled net threads.
+    let controls = threads_of(&p, Role::Control);
+    assert_eq!(controls.len(), 1);
+    assert_eq!(node_of(&m, controls[0].1.cpus.as_ref().expect("bound")), 0);
+    assert!(no_shared_core(&p), "the job fits: nothing shares a core");
+    assert!(p.notes.is_empty(), "{:?}", p.notes);
+}
+
+/// The shape of testdata/topologies/qemu-2node-nic1.xml: 2 sockets x 1 node x 2 cores,
+/// eth0 on node 1.
+fn qemu_2node() -> Machine {
+    let mut m = Machine::uniform(2, 1, 2, 1, GIB);
+    m.nics.push(nic("eth0", Some(1)));
+    m
+}
+
+/// `sluice plan --side both`'s default job.
+const BOTH_SIDES: [(Role, u32); 5] = [
+    (Role::Control, 1),
+    (Role::NetSend, 2),
+    (Role::NetRecv, 2),
+    (Role::IoRead, 2),
+    (Role::IoWrite, 2),
+];
+
+/// The nodes of the usable NICs a channel lists are among its nodes.
+fn nics_are_local(m: &Machine, p: &Plan) -> bool {
+    p.channels.iter().all(|c| {
+        c.nics.iter().all(|name| {
+            m.nic(name)
+                .and_then(|n| n.numa_node)
+                .is_none_or(|n| c.nodes.contains(&n))
+        })
+    })
+}
+
+#[test]
+fn regression_nic_threads_keep_the_nic_node_when_the_job_does_not_fit() {
+    // 9 threads on 4 cores. Net threads used to spill to node 0, into a channel listing
+    // eth0 (node 1), while I/O threads shared node 1's cores.
+    let m = qemu_2node();
+    for policy in [Policy::Mts, Policy::Nmts, Policy::Smts] {
+        let p = plan(&m, &job(&BOTH_SIDES), policy).expect("plan");
+        for (c, t) in p.threads() {
+            let node = node_of(&m, t.cpus.as_ref().expect("bound"));
+            if t.role.is_nic_facing() || t.role == Role::Control {
+                assert_eq!(node, 1, "{policy}: {} {} next to eth0", t.role, t.index);
+                assert_eq!(c.numa_node, Some(1), "{policy}");
+            } else {
+                assert_eq!(node, 0, "{policy}: {} {} off the NIC node", t.role, t.index);
+            }
+        }
+        assert!(nics_are_local(&m, &p), "{policy}: {:?}", p.channels);
+        assert_eq!(p.channels[0].nics, Vec::<String>::new(), "{policy}");
+        assert!(
+            p.notes
+                .iter()
+                .any(|n| n.starts_with("oversubscribed: 9 threads on 4 cores")),
+            "{policy}: {:?}",
+            p.notes
+        );
+        assert!(
+            p.notes.iter().any(|n| n.contains(
+                "2 net threads find no free core on NIC node 1 and share its cores with their \
+                 control thread"
+            )),
+            "{policy}: {:?}",
+            p.notes
+        );
+        // "socket N has no selected NIC" only for sockets whose channels list none.
+        for note in &p.notes {
+            if let Some(rest) = note.strip_prefix("socket ") {
+                let pkg: u32 = rest
+                    .split(' ')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("n");
+                assert!(
+                    p.channels
+                        .iter()
+                        .filter(|c| c.package == Some(pkg))
+                        .all(|c| c.nics.is_empty()),
+                    "{policy}: {note} but {:?}",
+                    p.channels
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn nic_threads_stay_on_a_nic_node_that_has_room_however_large_the_job() {
+    // eth1's node 1 has 4 cores for 4 net threads; 40 I/O threads oversubscribe the rest.
+    let m = two_by_two();
+    let j = job(&[(Role::NetSend, 2), (Role::NetRecv, 2), (Role::IoRead, 40)]);
+    for policy in [Policy::Mts, Policy::Nmts, Policy::Smts] {
+        let p = plan(&m, &j, policy).expect("plan");
+        for (_, t) in p.threads().filter(|(_, t)| t.role.is_nic_facing()) {
+            assert_eq!(node_of(&m, t.cpus.as_ref().expect("bound")), 1, "{policy}");
+        }
+        // The NIC node's cores are not shared with I/O threads: its control thread
+        // shares, I/O goes to the other nodes.
+        for (_, t) in threads_of(&p, Role::IoRead) {
+            assert_ne!(node_of(&m, t.cpus.as_ref().expect("bound")), 1, "{policy}");
+        }
+        assert!(nics_are_local(&m, &p), "{policy}");
+    }
+}
+
+#[test]
+fn regression_the_nic_socket_takes_its_share_of_io_threads() {
+    // 4 sockets x 2 nodes x 8 cores, eth0 on node 0 (the Opteron fixture's shape): the
+    // I/O threads used to skip socket 0 because its net threads made it look busy.
+    let mut m = Machine::uniform(4, 2, 8, 1, GIB);
+    m.nics.push(nic("eth0", Some(0)));
+    for (io, per_socket) in [(2, 1), (8, 4)] {
+        let j = job(&[
+            (Role::NetSend, 2),
+            (Role::NetRecv, 2),
+            (Role::IoRead, io),
+            (Role::IoWrite, io),
+        ]);
+        for policy in [Policy::Smts, Policy::Mts] {
+            let p = plan(&m, &j, policy).expect("plan");
+            let mut per: BTreeMap<u32, usize> = BTreeMap::new();
+            for (_, t) in p.threads().filter(|(_, t)| t.role.is_io()) {
+                let node = node_of(&m, t.cpus.as_ref().expect("bound"));
+                *per.entry(node / 2).or_default() += 1;
+            }
+            let want: BTreeMap<u32, usize> = (0..4).map(|s| (s, per_socket)).collect();
+            assert_eq!(per, want, "{policy} with {io}+{io} I/O threads");
+            // Round-robin starts with the NIC's socket: its first I/O thread is io-read 0.
+            let (c, _) = threads_of(&p, Role::IoRead)
+                .into_iter()
+                .find(|(_, t)| t.index == 0)
+                .expect("io-read 0");
+            assert_eq!(c.package, Some(0), "{policy}");
+        }
+    }
+}
+
+#[test]
+fn regression_without_nics_every_data_channel_has_one_control_thread() {
+    let mut m = two_by_two();
+    m.nics.clear();
+    let j = job(&[(Role::Control, 1), (Role::NetSend, 2), (Role::IoRead, 4)]);
+    for policy in [Policy::Nmts, Policy::Mts, Policy::Smts] {
+        let p = plan(&m, &j, policy).expect("plan");
+        for c in &p.channels {
+            let controls = c.threads.iter().filter(|t| t.role == Role::Control).count();
+            assert_eq!(controls, 1, "{policy}: channel {} {:?}", c.id, c.threads);
+        }
+        let sentence = p
+            .explain
+            .iter()
+            .find(|l| l.starts_with("control: "))
+            .expect("a control sentence");
+        assert!(
+            sentence.contains("no NIC is selected, so one per channel that has data-path threads"),
+            "{policy}: {sentence}"
+        );
+        assert!(!sentence.contains("drives a NIC"), "{policy}: {sentence}");
+    }
+    // Without net threads the same holds on a machine with NICs.
+    let p = plan(&two_by_two(), &job(&[(Role::IoWrite, 4)]), Policy::Nmts).expect("plan");
+    assert_eq!(p.channels.len(), 4);
+    assert!(p.channels.iter().all(|c| c
+        .threads
         .iter()
-        .map(|(c, _)| c.numa_node)
-        .collect();
-    assert_eq!(controls, BTreeSet::from([Some(0), Some(1)]));
-    // Node 1 is full, so its control shares a core there and says so.
+        .filter(|t| t.role == Role::Control)
+        .count()
+        == 1));
     assert!(p
-        .notes
+        .explain
         .iter()
-        .any(|n| n.contains("control thread of channel 1 shares a core")));
+        .any(|l| l.starts_with("control: 4 threads") && l.contains("the job has no net threads")));
+}
+
+#[test]
+fn regression_oversubscription_notes_count_manual_threads_as_exempt() {
+    let m = Machine::uniform(1, 1, 2, 1, GIB);
+    let mut j = job(&[(Role::NetSend, 2), (Role::IoRead, 2), (Role::Compress, 2)]);
+    j.placements = vec!["compress=mem:0,exec:0".parse().expect("parse")];
+    let p = plan(&m, &j, Policy::Bind).expect("plan");
+    assert!(
+        p.notes.contains(
+            &"oversubscribed: 7 threads, 2 of them placed by --place and exempt (they run where \
+              --place puts them); the other 5 on 2 cores (up to 3 per core) share cores \
+              round-robin"
+                .to_string()
+        ),
+        "{:?}",
+        p.notes
+    );
+    assert!(
+        p.notes.contains(
+            &"bind keeps all 5 planned threads on node 0's 2 cores (the 2 threads placed by \
+              --place are exempt: they run where --place puts them)"
+                .to_string()
+        ),
+        "{:?}",
+        p.notes
+    );
+}
+
+#[test]
+fn regression_a_control_only_channel_says_it_holds_no_buffer() {
+    let m = two_by_two();
+    let mut j = job(&[(Role::NetRecv, 2), (Role::IoWrite, 2)]);
+    j.placements = vec!["control=mem:0,exec:0".parse().expect("parse")];
+    let p = plan(&m, &j, Policy::Bind).expect("plan");
+    let ch = p
+        .channels
+        .iter()
+        .find(|c| c.numa_node == Some(0))
+        .expect("the manual channel");
+    assert_eq!(ch.buffer_bytes, 0);
+    let sentence = p.explain.last().expect("buffer sentence");
+    assert!(
+        sentence.contains(&format!("channel {} holds no buffer", ch.id)),
+        "{sentence}"
+    );
 }
 
 #[test]
