@@ -111,7 +111,7 @@ fn auto(ctx: &Context<'_>) -> Plan {
             let node = &ctx.nodes[x];
             let exempt = match stats.manual_threads {
                 0 => String::new(),
-                m => format!(" (the {m} placed by --place are exempt)"),
+                m => format!(" (not counting the {m} placed by --place, which are exempt)"),
             };
             if !stats.shared {
                 let why = format!(
