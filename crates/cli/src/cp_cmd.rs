@@ -72,6 +72,10 @@ pub struct CpArgs {
     /// Read large files with O_DIRECT, bypassing the page cache (where supported).
     #[arg(long)]
     pub direct: bool,
+    /// Compression on the wire: none, lz4, zstd[:LEVEL] or auto (compress only while the
+    /// link, not the CPU, is the bottleneck).
+    #[arg(long, value_name = "CODEC", default_value = "none")]
+    pub compress: String,
     /// Print one JSON summary object instead of the human summary.
     #[arg(long)]
     pub json: bool,
@@ -226,7 +230,7 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
             fsync: args.fsync,
             verify: args.verify,
             recursive: args.recursive,
-            compress: sluice_wire::Compression::None,
+            compress: args.compress.parse().map_err(bad_input)?,
             pipeline: args.pipeline.into(),
             direct: args.direct,
         },

@@ -225,7 +225,13 @@ fn run_session(
             fsync: cfg.opts.fsync,
             verify: cfg.opts.verify,
             recursive: cfg.opts.recursive,
-            compress: cfg.opts.compress,
+            compress: match cfg.opts.compress {
+                crate::CompressMode::None => sluice_wire::Compression::None,
+                crate::CompressMode::Zstd(_) => sluice_wire::Compression::Zstd,
+                crate::CompressMode::Lz4 | crate::CompressMode::Auto => {
+                    sluice_wire::Compression::Lz4
+                }
+            },
         },
     };
     writer.send(&Frame::Open(open))?;

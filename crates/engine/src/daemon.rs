@@ -215,7 +215,11 @@ impl Daemon {
             fsync: open.options.fsync,
             verify: open.options.verify,
             recursive: open.options.recursive,
-            compress: open.options.compress,
+            // The client chooses per chunk on a pull too: `auto` when it asked for any.
+            compress: match open.options.compress {
+                sluice_wire::Compression::None => crate::CompressMode::None,
+                _ => crate::CompressMode::Auto,
+            },
             pipeline: crate::Pipeline::Auto,
             direct: false,
         };

@@ -8,6 +8,7 @@
 //! * [`transport`] is the only module that turns `sluice-wire` frames into socket I/O.
 
 pub mod client;
+pub mod codec;
 pub mod control;
 pub mod daemon;
 pub mod error;
@@ -20,6 +21,7 @@ pub mod source;
 pub mod stats;
 pub mod transport;
 
+pub use codec::CompressMode;
 pub use error::EngineError;
 pub use runtime::Runtime;
 pub use sluice_wire::Compression;
@@ -59,7 +61,7 @@ pub struct SessionOptions {
     /// Descend into directories.
     pub recursive: bool,
     /// Compression on the wire.
-    pub compress: Compression,
+    pub compress: CompressMode,
     /// Inline or queued data path.
     pub pipeline: Pipeline,
     /// Read large files with `O_DIRECT` (bypassing the page cache), where supported.
@@ -78,7 +80,7 @@ impl Default for SessionOptions {
             fsync: false,
             verify: false,
             recursive: false,
-            compress: Compression::None,
+            compress: CompressMode::None,
             pipeline: Pipeline::Auto,
             direct: false,
         }

@@ -7,6 +7,7 @@
 //! it itself (inline) or hands it to the channel's io-write threads (queued). A file is
 //! renamed into place only when every chunk is written (and, with `--verify`, re-read).
 
+use crate::codec::Decompressor;
 use crate::control::{ControlEvent, ControlTx, Wiring};
 use crate::error::EngineError;
 use crate::fs::Root;
@@ -21,8 +22,8 @@ use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_wire::{
     chunk_checksum, chunk_count, chunk_range, ChunkHeader, ChunkNack, ChunkSet, CloseAck,
-    ErrorCode, FileDigest, FileDone, FileEntry, FileFailed, FileKind, Frame, Have, HaveState,
-    RelPath, Segment, SkipReason,
+    Compression, ErrorCode, FileDigest, FileDone, FileEntry, FileFailed, FileKind, Frame, Have,
+    HaveState, RelPath, Segment, SkipReason,
 };
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
@@ -204,6 +205,7 @@ pub fn run(
         threads.push(
             runtime
                 .spawn(Role::NetRecv, i, move || -> Result<(), EngineError> {
+                    let mut decompressor = Decompressor::new();
                     loop {
                         let header = match conn.next_event()? {
                             DataEvent::Chunk(h) => h,
@@ -229,6 +231,23 @@ pub fn run(
                         conn.payload(&mut slot[..wire])?;
                         slot.set_filled(wire);
                         shared.stats.add_wire(channel, u64::from(header.wire_len));
+                        // A compressed chunk that does not decode is corrupt: re-sent,
+                        // never written.
+                        let compression = header.compression();
+                        if compression != Compression::None {
+                            let raw = header.raw_len as usize;
+                            if let Err(e) =
+                                decompressor.decompress(compression, &mut slot, wire, raw)
+                            {
+                                tracing::warn!(
+                                    "chunk of file {} does not decompress: {e}",
+                                    header.file_id
+                                );
+                                nack(&shared, &header, conn.segments());
+                                continue;
+                            }
+                            slot.set_filled(raw);
+                        }
                         if !header.verify(slot.filled_bytes()) {
                             nack(&shared, &header, conn.segments());
                             continue;
@@ -741,6 +760,11 @@ fn skip_existing(shared: &Shared, e: &Arc<Entry>) -> bool {
 /// Opens the partial of a file for resume and reports the chunks that still verify.
 fn resume_state(shared: &Shared, e: &Arc<Entry>, count: u64) -> HaveState {
     let entry = &e.entry;
+    // Nothing to resume: create nothing now (a small file travels packed and is written
+    // whole, so a partial made here would be left behind).
+    if !SinkFile::has_partial(&shared.root, &e.dest) {
+        return HaveState::Missing;
+    }
     match SinkFile::create(
         &shared.root,
         &e.dest,
@@ -749,11 +773,13 @@ fn resume_state(shared: &Shared, e: &Arc<Entry>, count: u64) -> HaveState {
         clobber(&shared.opts),
     ) {
         Ok((file, held)) => {
-            let mut st = lock(&e.state);
-            st.file = Some(Arc::new(file));
             if held.is_empty() {
+                // Another version's partial, now reset: the file is written afresh.
+                file.discard();
                 return HaveState::Missing;
             }
+            let mut st = lock(&e.state);
+            st.file = Some(Arc::new(file));
             let Some(mut set) = ChunkSet::new(count) else {
                 return HaveState::Missing;
             };

@@ -6,6 +6,7 @@
 //! them themselves (Tyche's inline path) or hand them to the channel's net-send threads
 //! through a bounded queue (the queued pipeline).
 
+use crate::codec::Compressor;
 use crate::control::{ControlEvent, ControlTx, Wiring};
 use crate::error::EngineError;
 use crate::fs::layout::{BlockDeviceLayout, Layout, SimulatedStripes, TargetTable};
@@ -20,14 +21,14 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_wire::{
-    chunk_checksum, ChunkFlags, ChunkHeader, Close, CloseReason, ErrorCode, FileEntry, FileFailed,
-    FileKind, Frame, HaveState, Manifest, ManifestEnd, RelPath, Segment,
+    chunk_checksum, ChunkFlags, ChunkHeader, Close, CloseReason, Compression, ErrorCode, FileEntry,
+    FileFailed, FileKind, Frame, HaveState, Manifest, ManifestEnd, RelPath, Segment,
 };
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Files announced but not yet answered by the sink, at most (bounds source memory).
 pub const MAX_FILES_IN_FLIGHT: usize = 16_384;
@@ -166,10 +167,12 @@ pub fn run(
             .or_else(|| queues.values().next())
             .map(|(tx, _)| tx.clone());
         let direct = opts.direct;
+        let compress = opts.compress;
         threads.push(
             runtime
                 .spawn(Role::IoRead, r, move || -> Result<(), EngineError> {
                     let mut segments: Vec<Segment> = Vec::new();
+                    let mut compressor = Compressor::new(compress);
                     let mut rr = r as usize;
                     loop {
                         if abort.load(Ordering::Relaxed) {
@@ -191,7 +194,7 @@ pub fn run(
                             }
                         };
                         segments.clear();
-                        let (header, target) = match read_work(
+                        let (mut header, target) = match read_work(
                             &work,
                             direct,
                             &mut slot,
@@ -205,6 +208,14 @@ pub fn run(
                         if let Some(t) = target {
                             sched.done(t);
                         }
+                        if !compressor.is_off() {
+                            let out = compressor.compress(&mut slot, header.raw_len as usize);
+                            if out.compression != Compression::None {
+                                let wire = u32::try_from(out.wire_len).unwrap_or(header.raw_len);
+                                header = header.compressed(out.compression, wire);
+                                slot.set_filled(out.wire_len);
+                            }
+                        }
                         fault::corrupt_if_chosen(&mut slot);
                         stats.add_payload(channel, u64::from(header.raw_len));
                         match &queue {
@@ -214,13 +225,19 @@ pub fn run(
                                     segments: segments.clone(),
                                     slot,
                                 };
+                                // A full queue means the senders (the link) are the
+                                // bottleneck: the wait is the link's cost to `auto`.
+                                let started = Instant::now();
+                                let wire = out.header.wire_len as usize;
                                 if q.send(out).is_err() {
                                     return Ok(());
                                 }
+                                compressor.record_send(wire, started.elapsed());
                             }
                             _ => {
                                 // Inline: take a free connection of our channel, or wait for one.
                                 let n = own.len();
+                                let started = Instant::now();
                                 let mut sent = false;
                                 for k in 0..n {
                                     let conn = &own[(rr + k) % n];
@@ -237,6 +254,7 @@ pub fn run(
                                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                                     c.send(&header, &segments, slot.filled_bytes())?;
                                 }
+                                compressor.record_send(slot.filled(), started.elapsed());
                                 rr = rr.wrapping_add(1);
                                 stats.add_wire(channel, u64::from(header.wire_len));
                             }
