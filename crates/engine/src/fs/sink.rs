@@ -458,6 +458,23 @@ impl SinkFile {
     /// Stops without completing: the partial and its log stay for resume. (Dropping the
     /// `SinkFile` does the same.)
     pub fn abandon(self) {}
+
+    /// Stops and removes the partial and its log (nothing in them is worth resuming);
+    /// the destination is untouched. Best effort: a file that cannot be removed stays.
+    pub fn discard(self) {
+        let _ = remove_if_exists(&self.dir, &self.tmp);
+        let _ = remove_if_exists(&self.dir, &self.log_name);
+    }
+
+    /// Whether `rel` has a partial file to resume from (a cheap `lstat`).
+    pub fn has_partial(root: &Root, rel: &RelPath) -> bool {
+        let tmp = temp_name(rel.file_name());
+        let partial = match rel.parent() {
+            Some(p) => format!("{}/{tmp}", p.as_str()),
+            None => tmp,
+        };
+        RelPath::parse(&partial).is_ok_and(|p| root.exists(&p).unwrap_or(false))
+    }
 }
 
 /// Reads into `buf` at `offset` until it is full or the file ends; returns bytes read.

@@ -1,0 +1,1498 @@
+//! Transfers through the real binary over loopback and real files: `sluice serve` runs
+//! as a child process on `127.0.0.1:0` with a temporary root (its `--json` line is the
+//! readiness signal and names the port), and `sluice cp` pushes and pulls.
+//!
+//! Every child is killed when its guard is dropped, every wait has a deadline, and every
+//! test moves a few MiB at most (`--buffer-mem 64MiB --chunk-size 1MiB`) except the
+//! 50 000-file and the resume tests, which stay within seconds in a debug build.
+//! Regression tests are named `regression_<the bug>`.
+
+use serde_json::Value;
+use sluice_wire::{chunk_checksum, Codec, FileDigest, Frame};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+const MIB: usize = 1 << 20;
+/// The chunk size every test uses (`SMALL`).
+const CHUNK: usize = MIB;
+/// Small buffer pools and chunks on both sides.
+const SMALL: [&str; 4] = ["--buffer-mem", "64MiB", "--chunk-size", "1MiB"];
+/// How long a daemon may take to print its `--json` line.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one `sluice` command may run before the test fails.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(90);
+/// The engine's test-only fault knob (crates/engine/src/source.rs).
+const FAULT_CORRUPT: &str = "SLUICE_FAULT_CORRUPT_CHUNK";
+
+// ---------------------------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------------------------
+
+/// A child process that is killed (SIGKILL) and reaped when dropped.
+struct ChildGuard(Child);
+
+impl ChildGuard {
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    fn is_running(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `sluice serve` on `127.0.0.1:0`, its stderr in a log file.
+struct Daemon {
+    child: ChildGuard,
+    addr: String,
+    log: PathBuf,
+    _logdir: tempfile::TempDir,
+}
+
+impl Daemon {
+    fn start(root: &Path) -> Daemon {
+        Daemon::start_with(root, &[], &[])
+    }
+
+    /// Starts a daemon and waits for its `--json` readiness line.
+    fn start_with(root: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let logdir = tempfile::tempdir().expect("a temp dir");
+        let log = logdir.path().join("daemon.log");
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .arg("--root")
+            .arg(root)
+            .args(["--listen", "127.0.0.1:0", "--json"])
+            .args(SMALL)
+            .args(extra)
+            .env_remove("SLUICE_LOG")
+            .env_remove(FAULT_CORRUPT)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("a log file"));
+        let mut child = ChildGuard(cmd.spawn().expect("sluice serve starts"));
+        let stdout = child.0.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next());
+            for _ in lines {}
+        });
+        let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+        let line = match rx.recv_timeout(READY_TIMEOUT) {
+            Ok(Some(Ok(line))) => line,
+            Ok(_) => panic!("sluice serve exited before it was ready: {}", read_log()),
+            Err(_) => panic!(
+                "sluice serve not ready in {READY_TIMEOUT:?}: {}",
+                read_log()
+            ),
+        };
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("serve --json line is not JSON ({e}): {line}"));
+        let addr = v["listen"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no \"listen\" in {line}"))
+            .to_string();
+        assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+        Daemon {
+            child,
+            addr,
+            log,
+            _logdir: logdir,
+        }
+    }
+
+    /// `sluice://ADDR/PATH`.
+    fn url(&self, path: &str) -> String {
+        format!("sluice://{}/{path}", self.addr)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    #[track_caller]
+    fn assert_alive(&mut self) {
+        assert!(
+            self.child.is_running(),
+            "the daemon died; its log:\n{}",
+            self.log()
+        );
+    }
+}
+
+/// What one finished `sluice` command left behind.
+#[derive(Debug)]
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    what: String,
+}
+
+impl Out {
+    #[track_caller]
+    fn ok(&self) -> &Out {
+        assert_eq!(self.code, Some(0), "{}: stderr: {}", self.what, self.stderr);
+        self
+    }
+
+    #[track_caller]
+    fn code(&self, want: i32) -> &Out {
+        assert_eq!(
+            self.code,
+            Some(want),
+            "{}: want exit {want}; stdout: {}; stderr: {}",
+            self.what,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    #[track_caller]
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{}: stdout is not JSON ({e}): {}; stderr: {}",
+                self.what, self.stdout, self.stderr
+            )
+        })
+    }
+}
+
+fn spawn_sluice(args: &[&str], env: &[(&str, &str)]) -> ChildGuard {
+    ChildGuard(
+        Command::new(BIN)
+            .args(args)
+            .env_remove("SLUICE_LOG")
+            .env_remove(FAULT_CORRUPT)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sluice runs"),
+    )
+}
+
+/// Waits for `child` (killing it and failing after `timeout`) and collects its output.
+fn finish(mut child: ChildGuard, what: String, timeout: Duration) -> Out {
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut s);
+            }
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let stdout = drain(child.0.stdout.take().map(|s| Box::new(s) as _));
+    let stderr = drain(child.0.stderr.take().map(|s| Box::new(s) as _));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("waiting for sluice") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill();
+            panic!(
+                "{what}: still running after {timeout:?}; stderr: {}",
+                stderr.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Out {
+        code: status.code(),
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+        what,
+    }
+}
+
+fn sluice_env_timeout(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Out {
+    let what = format!("sluice {}", args.join(" "));
+    finish(spawn_sluice(args, env), what, timeout)
+}
+
+fn sluice(args: &[&str]) -> Out {
+    sluice_env_timeout(args, &[], COMMAND_TIMEOUT)
+}
+
+/// `sluice cp` with the small settings in front of `args`.
+fn cp_args(args: &[&str]) -> Vec<String> {
+    ["cp"]
+        .iter()
+        .chain(SMALL.iter())
+        .chain(args.iter())
+        .map(|s| s.to_string())
+        .collect()
+}
+
+fn cp(args: &[&str]) -> Out {
+    cp_env(args, &[])
+}
+
+fn cp_env(args: &[&str], env: &[(&str, &str)]) -> Out {
+    let full = cp_args(args);
+    let full: Vec<&str> = full.iter().map(String::as_str).collect();
+    sluice_env_timeout(&full, env, COMMAND_TIMEOUT)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 test path")
+}
+
+/// `p` with a trailing '/'.
+fn slash(p: &Path) -> String {
+    format!("{}/", s(p))
+}
+
+// ---------------------------------------------------------------------------------------
+// Files
+// ---------------------------------------------------------------------------------------
+
+/// Deterministic incompressible bytes (xorshift64*).
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// A large file quickly: one random MiB, each copy stamped with its index.
+fn write_big(path: &Path, mib: usize, seed: u64) {
+    let block = bytes(seed, MIB);
+    let mut f = std::fs::File::create(path).expect("create");
+    for i in 0..mib {
+        let mut b = block.clone();
+        b[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        f.write_all(&b).expect("write");
+    }
+}
+
+fn write(path: &Path, data: &[u8]) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).expect("mkdir -p");
+    }
+    std::fs::write(path, data).expect("write");
+}
+
+fn set_mtime(path: &Path, secs: u64, nanos: u32) {
+    let t = UNIX_EPOCH + Duration::new(secs, nanos);
+    std::fs::File::open(path)
+        .and_then(|f| f.set_times(std::fs::FileTimes::new().set_modified(t)))
+        .unwrap_or_else(|e| panic!("setting the mtime of {}: {e}", path.display()));
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+#[track_caller]
+fn assert_same_file(a: &Path, b: &Path) {
+    let (x, y) = (std::fs::read(a), std::fs::read(b));
+    let (x, y) = match (x, y) {
+        (Ok(x), Ok(y)) => (x, y),
+        (x, y) => panic!(
+            "reading {} ({:?}) / {} ({:?})",
+            a.display(),
+            x.err(),
+            b.display(),
+            y.err()
+        ),
+    };
+    assert!(
+        x == y,
+        "{} ({} bytes) and {} ({} bytes) differ",
+        a.display(),
+        x.len(),
+        b.display(),
+        y.len()
+    );
+}
+
+/// What a tree entry is, as the tests compare it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Node {
+    File {
+        len: u64,
+        hash: u64,
+        mode: u32,
+        mtime: (i64, i64),
+    },
+    Dir {
+        mode: u32,
+        mtime: (i64, i64),
+    },
+    Symlink {
+        target: String,
+    },
+}
+
+fn node(path: &Path) -> Node {
+    let m =
+        std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("lstat {}: {e}", path.display()));
+    let mtime = (m.mtime(), m.mtime_nsec());
+    let mode = m.mode() & 0o7777;
+    if m.file_type().is_symlink() {
+        let t = std::fs::read_link(path).expect("readlink");
+        Node::Symlink {
+            target: t.to_str().expect("UTF-8 target").to_string(),
+        }
+    } else if m.is_dir() {
+        Node::Dir { mode, mtime }
+    } else {
+        let data = std::fs::read(path).expect("read");
+        Node::File {
+            len: data.len() as u64,
+            hash: chunk_checksum(&data),
+            mode,
+            mtime,
+        }
+    }
+}
+
+/// Every entry under `dir` (not `dir` itself) by relative path.
+fn snapshot(dir: &Path) -> BTreeMap<String, Node> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let entries = std::fs::read_dir(dir.join(&rel))
+            .unwrap_or_else(|e| panic!("listing {}: {e}", dir.join(&rel).display()));
+        for e in entries {
+            let e = e.expect("dir entry");
+            let r = rel.join(e.file_name());
+            let n = node(&dir.join(&r));
+            if matches!(n, Node::Dir { .. }) {
+                stack.push(r.clone());
+            }
+            out.insert(r.to_str().expect("UTF-8 name").to_string(), n);
+        }
+    }
+    out
+}
+
+/// The two trees hold the same entries with the same kinds, bytes, modes, mtimes and
+/// link targets; on a difference, names the first one.
+#[track_caller]
+fn assert_same_tree(a: &Path, b: &Path) {
+    let (x, y) = (snapshot(a), snapshot(b));
+    for (k, v) in &x {
+        match y.get(k) {
+            None => panic!("{k:?} is in {} but not in {}", a.display(), b.display()),
+            Some(w) => assert_eq!(
+                v,
+                w,
+                "{k:?} differs between {} and {}",
+                a.display(),
+                b.display()
+            ),
+        }
+    }
+    for k in y.keys() {
+        assert!(
+            x.contains_key(k),
+            "{k:?} is in {} but not in {}",
+            b.display(),
+            a.display()
+        );
+    }
+}
+
+/// Names in `dir` (none if it does not exist), sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.map(|e| e.expect("entry").file_name().into_string().expect("UTF-8"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The digest `FileDone` carries for `data` at the tests' chunk size, in hex.
+fn expected_digest(data: &[u8]) -> String {
+    let count = data.len().div_ceil(CHUNK) as u64;
+    let mut d = FileDigest::new(count).expect("digest");
+    for (i, c) in data.chunks(CHUNK).enumerate() {
+        d.add(i as u64, chunk_checksum(c)).expect("add");
+    }
+    d.finish()
+        .expect("finish")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The summary's report row for `path`.
+#[track_caller]
+fn row<'a>(summary: &'a Value, path: &str) -> &'a Value {
+    summary["file_report"]
+        .as_array()
+        .expect("file_report is an array")
+        .iter()
+        .find(|r| r["path"] == path)
+        .unwrap_or_else(|| panic!("no file_report row for {path:?}: {summary}"))
+}
+
+/// A tree with every kind of entry the issue names. Returns the source directory
+/// (`base/src`); `base/outside/secret` is a file outside it that a link points to.
+fn rich_tree(base: &Path) -> PathBuf {
+    let src = base.join("src");
+    write(&base.join("outside/secret"), b"not to be followed");
+    write(&src.join("a/b/c/deep.txt"), b"deep in the tree\n");
+    write(&src.join("a/one.bin"), &bytes(1, 3 * MIB + 17));
+    write(&src.join("a/small.txt"), &bytes(2, 1500));
+    write(&src.join("empty.txt"), b"");
+    write(&src.join("données/日本語 ☃.txt"), "unicode ☃\n".as_bytes());
+    std::fs::create_dir_all(src.join("empty-dir/nested-empty")).expect("mkdir");
+    // Sparse: 8 MiB with data at both ends and a hole between.
+    {
+        let f = std::fs::File::create(src.join("sparse.bin")).expect("create");
+        f.set_len(8 * MIB as u64).expect("set_len");
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&bytes(3, 64 << 10), 0).expect("write");
+        f.write_all_at(&bytes(4, 4096), 7 * MIB as u64)
+            .expect("write");
+    }
+    // Links: inside, absolute out, relative out of the tree, dangling.
+    std::fs::create_dir_all(src.join("links")).expect("mkdir");
+    symlink("../données/日本語 ☃.txt", src.join("links/inside")).expect("symlink");
+    symlink("/etc/passwd", src.join("links/absolute")).expect("symlink");
+    symlink("../../outside/secret", src.join("links/out")).expect("symlink");
+    symlink("no/such/target", src.join("links/dangling")).expect("symlink");
+    // Permission bits.
+    write(&src.join("perm/run.sh"), b"#!/bin/sh\necho hi\n");
+    chmod(&src.join("perm/run.sh"), 0o751);
+    write(&src.join("perm/private"), b"private");
+    chmod(&src.join("perm/private"), 0o600);
+    write(&src.join("perm/readonly"), b"read only");
+    chmod(&src.join("perm/readonly"), 0o444);
+    std::fs::create_dir_all(src.join("perm/d751")).expect("mkdir");
+    chmod(&src.join("perm/d751"), 0o751);
+    // Mtimes, files first, then directories deepest first.
+    let snap = snapshot(&src);
+    let mut k = 0u64;
+    for (rel, n) in &snap {
+        if let Node::File { .. } = n {
+            k += 1;
+            set_mtime(&src.join(rel), 1_500_000_000 + k * 1000, 123_456_789);
+        }
+    }
+    let mut dirs: Vec<&String> = snap
+        .iter()
+        .filter(|(_, n)| matches!(n, Node::Dir { .. }))
+        .map(|(r, _)| r)
+        .collect();
+    dirs.sort_by_key(|r| std::cmp::Reverse(r.matches('/').count()));
+    for r in dirs {
+        k += 1;
+        set_mtime(&src.join(r), 1_400_000_000 + k * 1000, 987_654_321);
+    }
+    set_mtime(&src, 1_300_000_000, 5);
+    src
+}
+
+// ---------------------------------------------------------------------------------------
+// Single files, streams and pipelines
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn single_file_push_and_pull_are_byte_identical() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let file = t.path().join("one.bin");
+    write(&file, &bytes(10, 2 * MIB + 333));
+    let mut d = Daemon::start(&root);
+
+    cp(&[s(&file), &d.url("one.bin")]).ok();
+    assert_same_file(&file, &root.join("one.bin"));
+
+    let back = t.path().join("back.bin");
+    cp(&[&d.url("one.bin"), s(&back)]).ok();
+    assert_same_file(&file, &back);
+    assert_eq!(names(t.path()), ["back.bin", "one.bin", "root"]);
+    d.assert_alive();
+}
+
+#[test]
+fn large_file_with_one_and_four_streams_on_both_pipelines() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let pulled = t.path().join("pulled");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::create_dir(&pulled).unwrap();
+    let file = t.path().join("big.bin");
+    // 5.5 chunks: several full ones and a short last one.
+    write(&file, &bytes(11, 5 * MIB + MIB / 2));
+    let d = Daemon::start(&root);
+    for streams in ["1", "4"] {
+        for pipeline in ["inline", "queued"] {
+            let name = format!("big-{streams}-{pipeline}.bin");
+            let common = ["--json", "--streams", streams, "--pipeline", pipeline];
+            let mut args: Vec<&str> = common.to_vec();
+            let url = d.url(&name);
+            args.extend([s(&file), url.as_str()]);
+            let out = cp(&args);
+            let v = out.ok().json();
+            assert_same_file(&file, &root.join(&name));
+            assert_eq!(v["pipeline"], pipeline, "{}", out.what);
+            assert_eq!(v["bytes"], 5 * MIB as u64 + MIB as u64 / 2);
+            let chunks: u64 = v["channels"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|c| c["chunks"].as_u64().unwrap())
+                .sum();
+            assert_eq!(chunks, 6, "{}: {v}", out.what);
+
+            let local = pulled.join(&name);
+            let mut args: Vec<&str> = common.to_vec();
+            args.extend([url.as_str(), s(&local)]);
+            let out = cp(&args);
+            assert_eq!(out.ok().json()["pipeline"], pipeline, "{}", out.what);
+            assert_same_file(&file, &local);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Trees
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn tree_push_preserves_content_links_modes_mtimes_and_empty_dirs() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = rich_tree(t.path());
+    let d = Daemon::start(&root);
+    let out = cp(&["-r", "--json", s(&src), &d.url("")]);
+    let v = out.ok().json();
+    assert_eq!(v["files_failed"], 0, "{v}");
+    assert_same_tree(&src, &root.join("src"));
+    // The top directory itself keeps its mode and mtime too.
+    assert_eq!(node(&src), node(&root.join("src")));
+    // Links arrive as links with their targets verbatim, never followed.
+    assert_eq!(
+        std::fs::read_link(root.join("src/links/out")).unwrap(),
+        Path::new("../../outside/secret")
+    );
+    assert!(!root.join("outside").exists());
+    assert!(std::fs::symlink_metadata(root.join("src/links/absolute"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}
+
+#[test]
+fn tree_pull_preserves_content_links_modes_mtimes_and_empty_dirs() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = rich_tree(&root);
+    let dst = t.path().join("dst");
+    let d = Daemon::start(&root);
+    let out = cp(&["-r", "--json", &d.url("src"), &slash(&dst)]);
+    assert_eq!(out.ok().json()["files_failed"], 0);
+    assert_same_tree(&src, &dst.join("src"));
+    assert_eq!(node(&src), node(&dst.join("src")));
+    assert_eq!(names(&dst), ["src"]);
+}
+
+#[test]
+fn trailing_slash_rules_on_push() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(root.join("exists")).unwrap();
+    let src = t.path().join("src");
+    write(&src.join("x.txt"), b"x");
+    write(&src.join("sub/y.txt"), b"y");
+    let file = t.path().join("file.txt");
+    write(&file, b"a file");
+    let other = t.path().join("other.txt");
+    write(&other, b"another file");
+    let d = Daemon::start(&root);
+
+    // `cp -r src dst/`: dst/src/...
+    cp(&["-r", s(&src), &d.url("dst1/")]).ok();
+    assert_same_tree(&src, &root.join("dst1/src"));
+    assert_eq!(names(&root.join("dst1")), ["src"]);
+    // `cp -r src existing-dir`: existing-dir/src/...
+    cp(&["-r", s(&src), &d.url("exists")]).ok();
+    assert_eq!(names(&root.join("exists")), ["src"]);
+    // `cp -r src/ dst/`: the contents.
+    cp(&["-r", &slash(&src), &d.url("dst3/")]).ok();
+    assert_same_tree(&src, &root.join("dst3"));
+    // `cp -r src missing` (cp(1), not rsync): a copy of src named `missing`.
+    cp(&["-r", s(&src), &d.url("renamed")]).ok();
+    assert_same_tree(&src, &root.join("renamed"));
+    // `cp file newname`: renamed.
+    cp(&[s(&file), &d.url("newname.txt")]).ok();
+    assert_eq!(std::fs::read(root.join("newname.txt")).unwrap(), b"a file");
+    // `cp file dir/`: keeps its name in a created directory.
+    cp(&[s(&file), &d.url("fdir/")]).ok();
+    assert_eq!(names(&root.join("fdir")), ["file.txt"]);
+    // Several sources go into a directory, created when missing.
+    cp(&["-r", s(&file), s(&other), s(&src), &d.url("multi")]).ok();
+    assert_eq!(names(&root.join("multi")), ["file.txt", "other.txt", "src"]);
+    assert_same_tree(&src, &root.join("multi/src"));
+    // A directory without -r is a usage error.
+    cp(&[s(&src), &d.url("nope")]).code(2);
+    assert!(!root.join("nope").exists());
+}
+
+#[test]
+fn regression_contents_into_a_new_destination_renamed_every_top_entry() {
+    // `cp -r src/ sluice://host/new` once mapped every top-level entry of src onto the
+    // name `new` (each replacing the last); the contents must land in `new/`.
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = t.path().join("src");
+    write(&src.join("a.txt"), b"a");
+    write(&src.join("b.bin"), &bytes(5, 2 * MIB));
+    write(&src.join("sub/c.txt"), b"c");
+    let d = Daemon::start(&root);
+    let out = cp(&["-r", "--json", &slash(&src), &d.url("new")]);
+    assert_eq!(out.ok().json()["files_failed"], 0);
+    assert_same_tree(&src, &root.join("new"));
+
+    // The same on pull: `cp -r sluice://host/new/ local-new`.
+    let local = t.path().join("local-new");
+    let out = cp(&["-r", "--json", &d.url("new/"), s(&local)]);
+    assert_eq!(out.ok().json()["files_failed"], 0);
+    assert_same_tree(&src, &local);
+}
+
+#[test]
+fn trailing_slash_rules_on_pull() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    write(&src.join("x.txt"), b"x");
+    write(&src.join("sub/y.txt"), b"y");
+    write(&root.join("file.txt"), b"a file");
+    write(&root.join("other.txt"), b"another");
+    let d = Daemon::start(&root);
+    let local = t.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+
+    cp(&["-r", &d.url("src"), &slash(&local.join("d1"))]).ok();
+    assert_same_tree(&src, &local.join("d1/src"));
+    cp(&["-r", &d.url("src/"), &slash(&local.join("d2"))]).ok();
+    assert_same_tree(&src, &local.join("d2"));
+    cp(&["-r", &d.url("src"), s(&local.join("renamed"))]).ok();
+    assert_same_tree(&src, &local.join("renamed"));
+    cp(&[&d.url("file.txt"), s(&local.join("new.txt"))]).ok();
+    assert_eq!(std::fs::read(local.join("new.txt")).unwrap(), b"a file");
+    std::fs::create_dir(local.join("many")).unwrap();
+    cp(&[
+        &d.url("file.txt"),
+        &d.url("other.txt"),
+        s(&local.join("many")),
+    ])
+    .ok();
+    assert_eq!(names(&local.join("many")), ["file.txt", "other.txt"]);
+    // Several remote sources into something that is not a directory: usage error.
+    cp(&[
+        &d.url("file.txt"),
+        &d.url("other.txt"),
+        s(&local.join("not-a-dir")),
+    ])
+    .code(2);
+}
+
+/// A temp dir in memory where there is one (`/dev/shm`): 50 000 files are created, read
+/// and removed there in a fraction of the time a busy disk takes.
+fn memory_tempdir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .expect("a temp dir")
+}
+
+#[test]
+fn fifty_thousand_small_files() {
+    let t = memory_tempdir();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = t.path().join("many");
+    let t0 = Instant::now();
+    let pool = bytes(20, 4096);
+    let mut total = 0u64;
+    for dir in 0..500u32 {
+        let dpath = src.join(format!("d{dir:03}"));
+        std::fs::create_dir_all(&dpath).unwrap();
+        for f in 0..100u32 {
+            let n = dir * 100 + f;
+            let len = (n.wrapping_mul(2_654_435_761) >> 7) as usize % 2049;
+            let start = n as usize % 2048;
+            let mut data = pool[start..start + len].to_vec();
+            if len >= 4 {
+                data[..4].copy_from_slice(&n.to_le_bytes());
+            }
+            total += len as u64;
+            std::fs::write(dpath.join(format!("f{f:03}")), &data).unwrap();
+        }
+    }
+    eprintln!("50 000 files generated in {:?}", t0.elapsed());
+    let d = Daemon::start(&root);
+    let started = Instant::now();
+    let out = cp(&["-r", "--json", s(&src), &d.url("")]);
+    let v = out.ok().json();
+    eprintln!("50 000 files pushed in {:?}", started.elapsed());
+    let t1 = Instant::now();
+    assert_eq!(v["files_failed"], 0);
+    assert_eq!(v["files"], 50_000 + 500 + 1, "{}", v["files"]);
+    assert_eq!(v["bytes"], total);
+    let (a, b) = (snapshot(&src), snapshot(&root.join("many")));
+    assert_eq!(a.len(), 50_500);
+    assert_eq!(b.len(), a.len());
+    assert_same_tree(&src, &root.join("many"));
+    eprintln!("50 000 files compared in {:?}", t1.elapsed());
+}
+
+// ---------------------------------------------------------------------------------------
+// The --json summary and the per-file options
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn json_summary_has_every_field_and_true_digests() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = t.path().join("src");
+    let big = bytes(30, 2 * MIB + 5);
+    let small = bytes(31, 777);
+    write(&src.join("big.bin"), &big);
+    write(&src.join("small.bin"), &small);
+    write(&src.join("empty"), b"");
+    let d = Daemon::start(&root);
+    let v = cp(&["-r", "--json", "--streams", "2", s(&src), &d.url("")])
+        .ok()
+        .json();
+    let total = (big.len() + small.len()) as u64;
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["bytes"], total);
+    assert_eq!(v["wire_bytes"], total, "no compression: wire = payload");
+    assert_eq!(v["files"], 4, "src, big.bin, small.bin, empty: {v}");
+    assert_eq!(v["files_failed"], 0);
+    let seconds = v["seconds"].as_f64().expect("seconds");
+    assert!(seconds > 0.0 && seconds < 60.0, "{seconds}");
+    let tput = v["throughput_bytes_per_sec"].as_f64().expect("throughput");
+    assert!(
+        (tput - total as f64 / seconds).abs() <= tput * 1e-6 + 1.0,
+        "{tput}"
+    );
+    let channels = v["channels"].as_object().expect("channels");
+    assert!(!channels.is_empty());
+    let (mut b, mut w) = (0, 0);
+    for c in channels.values() {
+        b += c["bytes"].as_u64().expect("bytes");
+        w += c["wire_bytes"].as_u64().expect("wire_bytes");
+        assert!(c["chunks"].as_u64().expect("chunks") > 0);
+    }
+    assert_eq!((b, w), (total, total));
+    assert!(v["plan"]["channels"].is_array(), "{}", v["plan"]);
+    assert!(v["plan"]["policy"].is_string(), "{}", v["plan"]);
+    assert_eq!(v["failures"], serde_json::json!([]));
+    assert_eq!(row(&v, "src/big.bin")["digest"], expected_digest(&big));
+    assert_eq!(row(&v, "src/small.bin")["digest"], expected_digest(&small));
+    assert_eq!(row(&v, "src/empty")["digest"], expected_digest(b""));
+    assert_eq!(row(&v, "src/big.bin")["status"], "done");
+    assert_eq!(row(&v, "src/big.bin")["size"], big.len());
+}
+
+#[test]
+fn no_clobber_leaves_an_existing_file_and_reports_it_skipped() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    write(&root.join("src/keep.txt"), b"original");
+    write(&root.join("src/keep-big.bin"), b"original big");
+    let src = t.path().join("src");
+    write(&src.join("keep.txt"), b"replacement");
+    write(&src.join("keep-big.bin"), &bytes(40, 2 * MIB));
+    write(&src.join("new.txt"), b"new");
+    let d = Daemon::start(&root);
+    let v = cp(&["-r", "--json", "--no-clobber", s(&src), &d.url("")])
+        .ok()
+        .json();
+    assert_eq!(
+        std::fs::read(root.join("src/keep.txt")).unwrap(),
+        b"original"
+    );
+    assert_eq!(
+        std::fs::read(root.join("src/keep-big.bin")).unwrap(),
+        b"original big"
+    );
+    assert_eq!(std::fs::read(root.join("src/new.txt")).unwrap(), b"new");
+    assert_eq!(row(&v, "src/keep.txt")["status"], "skipped");
+    assert_eq!(row(&v, "src/keep-big.bin")["status"], "skipped");
+    assert_eq!(row(&v, "src/new.txt")["status"], "done");
+    assert_eq!(v["files_skipped"], 2);
+    assert_eq!(v["bytes"], 3, "only new.txt travelled: {v}");
+}
+
+#[test]
+fn update_skips_same_size_and_mtime_and_sends_changed_files() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = t.path().join("src");
+    write(&src.join("a.txt"), b"aaaa");
+    write(&src.join("big.bin"), &bytes(41, 3 * MIB));
+    write(&src.join("empty"), b"");
+    let d = Daemon::start(&root);
+    cp(&["-r", s(&src), &d.url("")]).ok();
+    let v = cp(&["-r", "--json", "--update", s(&src), &d.url("")])
+        .ok()
+        .json();
+    for f in ["src/a.txt", "src/big.bin", "src/empty"] {
+        assert_eq!(row(&v, f)["status"], "skipped", "{f}: {v}");
+    }
+    assert_eq!(v["bytes"], 0);
+    // Same size, new content and mtime: sent again.
+    write(&src.join("a.txt"), b"bbbb");
+    set_mtime(&src.join("a.txt"), 1_700_000_000, 0);
+    let v = cp(&["-r", "--json", "--update", s(&src), &d.url("")])
+        .ok()
+        .json();
+    assert_eq!(row(&v, "src/a.txt")["status"], "done");
+    assert_eq!(row(&v, "src/big.bin")["status"], "skipped");
+    assert_eq!(v["bytes"], 4);
+    assert_same_tree(&src, &root.join("src"));
+}
+
+#[test]
+fn verify_succeeds_on_push_and_pull() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = t.path().join("src");
+    write(&src.join("big.bin"), &bytes(50, 4 * MIB + 1));
+    write(&src.join("small.txt"), b"small");
+    let d = Daemon::start(&root);
+    let v = cp(&["-r", "--json", "--verify", s(&src), &d.url("")])
+        .ok()
+        .json();
+    assert_eq!(v["files_failed"], 0);
+    assert_same_tree(&src, &root.join("src"));
+    let back = t.path().join("back");
+    let v = cp(&["-r", "--json", "--verify", &d.url("src"), s(&back)])
+        .ok()
+        .json();
+    assert_eq!(v["files_failed"], 0);
+    assert_same_tree(&src, &back);
+}
+
+#[test]
+fn regression_small_files_answered_after_the_scan_ended_were_never_sent() {
+    // With --resume, --update or --no-clobber the source schedules a file only once the
+    // sink has answered with `Have`; small files answered after the scan ended sat in
+    // the open pack forever and the copy hung.
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = t.path().join("src");
+    for i in 0..20 {
+        write(
+            &src.join(format!("f{i:02}.txt")),
+            format!("small {i}").as_bytes(),
+        );
+    }
+    let d = Daemon::start(&root);
+    for (flag, dst) in [
+        ("--resume", "r/"),
+        ("--update", "u/"),
+        ("--no-clobber", "n/"),
+    ] {
+        let args = cp_args(&["-r", "--json", flag, s(&src), &d.url(dst)]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = sluice_env_timeout(&args, &[], Duration::from_secs(30));
+        assert_eq!(out.ok().json()["files_failed"], 0);
+        assert_same_tree(&src, &root.join(dst).join("src"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Interrupted transfers and resume
+// ---------------------------------------------------------------------------------------
+
+/// Waits until the partial log at `log` records at least `chunks` chunks (a poll on the
+/// file the sink writes: there is no other signal of progress), failing after 60 s or if
+/// `cp` ends first.
+fn wait_for_logged_chunks(log: &Path, chunks: u64, cp: &mut ChildGuard) {
+    const HEADER: u64 = 40;
+    const RECORD: u64 = 24;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let len = std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
+        if len >= HEADER + chunks * RECORD {
+            return;
+        }
+        assert!(
+            cp.is_running(),
+            "cp ended before {chunks} chunks were logged in {}",
+            log.display()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no progress in {}",
+            log.display()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+const RESUME_MIB: usize = 96;
+
+#[test]
+fn daemon_killed_mid_push_then_resume_completes_and_never_replaces_the_old_file() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    write(&root.join("big.bin"), b"the previous, good version");
+    let file = t.path().join("big.bin");
+    write_big(&file, RESUME_MIB, 60);
+    let mut d = Daemon::start(&root);
+    let args = cp_args(&[
+        "--streams",
+        "1",
+        "--io-threads",
+        "1",
+        s(&file),
+        &d.url("big.bin"),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = spawn_sluice(&args, &[]);
+    wait_for_logged_chunks(&root.join(".big.bin.sluice-part.log"), 8, &mut child);
+    d.child.kill();
+    let out = finish(child, "cp (daemon killed)".into(), COMMAND_TIMEOUT);
+    assert_ne!(out.code, Some(0), "the copy cannot have succeeded: {out:?}");
+    assert!(out.stderr.contains("sluice: error:"), "{}", out.stderr);
+    // The good file is untouched; the partial and its log are kept.
+    assert_eq!(
+        std::fs::read(root.join("big.bin")).unwrap(),
+        b"the previous, good version"
+    );
+    assert!(root.join(".big.bin.sluice-part").exists());
+
+    let d = Daemon::start(&root);
+    let v = cp(&[
+        "--json",
+        "--resume",
+        "--streams",
+        "2",
+        s(&file),
+        &d.url("big.bin"),
+    ])
+    .ok()
+    .json();
+    assert_same_file(&file, &root.join("big.bin"));
+    let resumed = v["bytes_resumed"].as_u64().unwrap();
+    let sent = v["bytes"].as_u64().unwrap();
+    assert!(resumed >= 8 * MIB as u64, "{v}");
+    assert_eq!(resumed + sent, (RESUME_MIB * MIB) as u64, "{v}");
+    assert_eq!(names(&root), ["big.bin"], "partial and log cleaned up");
+}
+
+#[test]
+fn client_killed_mid_pull_then_resume_completes_and_never_replaces_the_old_file() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    write_big(&root.join("big.bin"), RESUME_MIB, 61);
+    let dst = t.path().join("dst");
+    write(&dst.join("big.bin"), b"the previous, good version");
+    let mut d = Daemon::start(&root);
+    let url = d.url("big.bin");
+    let target = dst.join("big.bin");
+    let args = cp_args(&["--streams", "1", "--io-threads", "1", &url, s(&target)]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = spawn_sluice(&args, &[]);
+    wait_for_logged_chunks(&dst.join(".big.bin.sluice-part.log"), 8, &mut child);
+    child.kill();
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        b"the previous, good version"
+    );
+    d.assert_alive();
+
+    let v = cp(&["--json", "--resume", &url, s(&target)]).ok().json();
+    assert_same_file(&root.join("big.bin"), &target);
+    let resumed = v["bytes_resumed"].as_u64().unwrap();
+    assert!(resumed >= 8 * MIB as u64, "{v}");
+    assert_eq!(
+        resumed + v["bytes"].as_u64().unwrap(),
+        (RESUME_MIB * MIB) as u64,
+        "{v}"
+    );
+    assert_eq!(names(&dst), ["big.bin"], "partial and log cleaned up");
+    d.assert_alive();
+}
+
+// ---------------------------------------------------------------------------------------
+// Corruption on the wire
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn corrupted_chunk_is_sent_again_on_push() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = t.path().join("src");
+    write(&src.join("big.bin"), &bytes(70, 4 * MIB + 3));
+    write(&src.join("small.txt"), b"small file, packed");
+    let d = Daemon::start(&root);
+    for n in ["2", "5"] {
+        let out = cp_env(
+            &["-r", "--json", s(&src), &d.url(&format!("n{n}/"))],
+            &[(FAULT_CORRUPT, n)],
+        );
+        let v = out.ok().json();
+        assert!(v["chunks_resent"].as_u64().unwrap() >= 1, "chunk {n}: {v}");
+        assert_eq!(v["files_failed"], 0);
+        assert_same_tree(&src, &root.join(format!("n{n}/src")));
+    }
+    // Without the knob nothing is resent.
+    let v = cp(&["-r", "--json", s(&src), &d.url("clean/")]).ok().json();
+    assert_eq!(v["chunks_resent"], 0);
+}
+
+#[test]
+fn corrupted_chunk_is_sent_again_on_pull() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    write(&root.join("src/big.bin"), &bytes(71, 3 * MIB + 9));
+    write(&root.join("src/small.txt"), b"small");
+    let d = Daemon::start_with(&root, &[], &[(FAULT_CORRUPT, "1")]);
+    let dst = t.path().join("dst");
+    let v = cp(&["-r", "--json", &d.url("src"), s(&dst)]).ok().json();
+    assert!(v["chunks_resent"].as_u64().unwrap() >= 1, "{v}");
+    assert_same_tree(&root.join("src"), &dst);
+}
+
+// ---------------------------------------------------------------------------------------
+// Confinement
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn paths_escaping_the_root_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let file = t.path().join("f.txt");
+    write(&file, b"payload");
+    let mut d = Daemon::start(&root);
+
+    let out = cp(&[s(&file), &d.url("../escape")]);
+    out.code(1);
+    assert!(out.stderr.contains("../escape"), "{}", out.stderr);
+    assert!(out.stderr.contains("PathOutsideRoot"), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    let out = cp(&[s(&file), &d.url("a/../../escape")]);
+    out.code(1);
+    assert!(out.stderr.contains("a/../../escape"), "{}", out.stderr);
+    assert!(!t.path().join("escape").exists());
+    assert_eq!(names(t.path()), ["f.txt", "root"]);
+    assert_eq!(names(&root), Vec::<String>::new());
+
+    let local = t.path().join("pulled");
+    let out = cp(&[&d.url("../etc/passwd"), s(&local)]);
+    out.code(1);
+    assert!(out.stderr.contains("../etc/passwd"), "{}", out.stderr);
+    assert!(!local.exists());
+    d.assert_alive();
+    cp(&[s(&file), &d.url("inside.txt")]).ok();
+    assert_eq!(std::fs::read(root.join("inside.txt")).unwrap(), b"payload");
+}
+
+#[test]
+fn a_symlink_leading_out_of_the_root_cannot_be_read_or_written_through() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    write(&t.path().join("outside/x"), b"secret outside the root");
+    symlink("../outside", root.join("link")).unwrap();
+    symlink(t.path().join("outside/x"), root.join("abs-link")).unwrap();
+    let mut d = Daemon::start(&root);
+
+    let local = t.path().join("got-x");
+    let out = cp(&[&d.url("link/x"), s(&local)]);
+    out.code(1);
+    assert!(out.stderr.contains("link/x"), "{}", out.stderr);
+    assert!(out.stderr.contains("outside the root"), "{}", out.stderr);
+    assert!(!local.exists());
+    // Pulling the link itself gives the link, not what it points to.
+    cp(&[&d.url("abs-link"), s(&local)]).ok();
+    assert!(std::fs::symlink_metadata(&local)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    // Writing through it is refused too.
+    let file = t.path().join("evil.txt");
+    write(&file, b"evil");
+    let out = cp(&[s(&file), &d.url("link/x")]);
+    assert_ne!(out.code, Some(0), "{out:?}");
+    assert!(out.stderr.contains("link"), "{}", out.stderr);
+    assert_eq!(
+        std::fs::read(t.path().join("outside/x")).unwrap(),
+        b"secret outside the root"
+    );
+    assert_eq!(names(&t.path().join("outside")), ["x"]);
+    d.assert_alive();
+}
+
+// ---------------------------------------------------------------------------------------
+// Authentication
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn token_is_required_checked_and_the_daemon_keeps_serving() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let token = t.path().join("token");
+    write(&token, b"correct horse battery staple\n");
+    let wrong = t.path().join("wrong");
+    write(&wrong, b"incorrect horse\n");
+    let file = t.path().join("f.txt");
+    write(&file, b"authenticated");
+    let mut d = Daemon::start_with(&root, &["--token-file", s(&token)], &[]);
+
+    let out = cp(&[s(&file), &d.url("f.txt")]);
+    out.code(1);
+    assert!(out.stderr.contains("token"), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+
+    let out = cp(&["--token-file", s(&wrong), s(&file), &d.url("f.txt")]);
+    out.code(1);
+    assert!(out.stderr.contains("AuthFailed"), "{}", out.stderr);
+    assert!(out.stderr.contains("wrong token"), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(!root.join("f.txt").exists());
+
+    d.assert_alive();
+    cp(&["--token-file", s(&token), s(&file), &d.url("f.txt")]).ok();
+    assert_eq!(std::fs::read(root.join("f.txt")).unwrap(), b"authenticated");
+    let back = t.path().join("back.txt");
+    cp(&["--token-file", s(&token), &d.url("f.txt"), s(&back)]).ok();
+    assert_eq!(std::fs::read(&back).unwrap(), b"authenticated");
+}
+
+#[test]
+fn non_loopback_listen_without_token_is_a_usage_error() {
+    let t = tempfile::tempdir().unwrap();
+    let out = sluice(&["serve", "--root", s(t.path()), "--listen", "0.0.0.0:0"]);
+    out.code(2);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("0.0.0.0"), "{}", out.stderr);
+    assert!(out.stderr.contains("--token-file"), "{}", out.stderr);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let t = tempfile::tempdir().unwrap();
+    let a = t.path().join("a");
+    write(&a, b"a");
+    // Both sides local.
+    cp(&[s(&a), s(&t.path().join("b"))]).code(2);
+    // A URL without a host.
+    cp(&[s(&a), "sluice:///x"]).code(2);
+    // A bad option value.
+    cp(&["--streams", "1000", s(&a), "sluice://127.0.0.1:1/x"]).code(2);
+}
+
+// ---------------------------------------------------------------------------------------
+// Malformed input to the daemon
+// ---------------------------------------------------------------------------------------
+
+/// Sends `bytes` on a fresh connection (then half-closes if `close`), and returns every
+/// frame the daemon answers with before it closes (or 10 s pass).
+fn raw_exchange(addr: &str, bytes: &[u8], close: bool) -> Vec<Frame> {
+    let mut c = TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("a read timeout");
+    c.write_all(bytes).expect("send");
+    if close {
+        let _ = c.shutdown(std::net::Shutdown::Write);
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the daemon neither answered nor closed: {e}"),
+        }
+    }
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at < got.len() {
+        let (f, used) = Frame::decode(&got[at..])
+            .unwrap_or_else(|e| panic!("the daemon sent an undecodable answer ({e}): {got:?}"));
+        frames.push(f);
+        at += used;
+    }
+    frames
+}
+
+/// A `Hello` offering only protocol versions 5..=7.
+fn future_hello() -> Vec<u8> {
+    let mut out = Vec::new();
+    sluice_wire::Hello {
+        version: 7,
+        min_version: 5,
+        capabilities: sluice_wire::Capabilities::EMPTY,
+        client_nonce: [9; 32],
+    }
+    .encode(&mut out);
+    out
+}
+
+#[test]
+fn regression_a_refused_hello_was_answered_with_two_error_frames() {
+    // The handshake's `Error { UnsupportedVersion }` was followed by a second `Error`
+    // (code AuthFailed) from the connection handler: one Error, then close.
+    let t = tempfile::tempdir().unwrap();
+    let d = Daemon::start(t.path());
+    match raw_exchange(&d.addr, &future_hello(), false).as_slice() {
+        [Frame::Error(e)] => {
+            assert_eq!(e.code, sluice_wire::ErrorCode::UnsupportedVersion, "{e:?}");
+            assert!(e.message.contains("5..=7"), "{e:?}");
+        }
+        other => panic!("want exactly one Error frame, got {other:?}"),
+    }
+}
+
+#[test]
+fn regression_daemon_refusals_read_the_peer_reported_twice() {
+    // The daemon sent its own refusal as "the peer reported PathOutsideRoot: ...", which
+    // the client prefixed again.
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root);
+    let out = cp(&[&d.url("../x"), s(&t.path().join("x"))]);
+    out.code(1);
+    assert_eq!(
+        out.stderr.matches("the peer reported").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+    let out = cp(&[&d.url("missing.txt"), s(&t.path().join("x"))]);
+    out.code(1);
+    assert!(out.stderr.contains("NotFound"), "{}", out.stderr);
+    assert!(out.stderr.contains("missing.txt"), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.matches("the peer reported").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+}
+
+#[track_caller]
+fn assert_error_or_nothing(frames: &[Frame], what: &str) {
+    assert!(frames.len() <= 1, "{what}: {frames:?}");
+    if let Some(f) = frames.first() {
+        assert!(matches!(f, Frame::Error(_)), "{what}: {f:?}");
+    }
+}
+
+#[test]
+fn malformed_input_is_answered_with_an_error_and_the_daemon_keeps_serving() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let mut d = Daemon::start(&root);
+    let addr = d.addr.clone();
+
+    // Garbage (an HTTP request).
+    let f = raw_exchange(&addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", true);
+    assert_error_or_nothing(&f, "garbage");
+
+    // A valid Hello cut short.
+    let mut hello = Vec::new();
+    sluice_wire::Hello {
+        version: 1,
+        min_version: 1,
+        capabilities: sluice_wire::Capabilities::EMPTY,
+        client_nonce: [7; 32],
+    }
+    .encode(&mut hello);
+    let f = raw_exchange(&addr, &hello[..hello.len() - 9], true);
+    assert_error_or_nothing(&f, "truncated Hello");
+
+    // A header claiming a 4 GiB body: refused from its 6 bytes, without waiting.
+    let f = raw_exchange(&addr, &[0x01, 0, 0xff, 0xff, 0xff, 0xff], false);
+    assert_eq!(f.len(), 1, "oversized body: {f:?}");
+    assert_error_or_nothing(&f, "oversized body");
+
+    // A Hello for protocol versions the daemon does not speak.
+    let f = raw_exchange(&addr, &future_hello(), false);
+    assert_error_or_nothing(&f, "unknown version");
+
+    // A Join for a session that does not exist.
+    let mut join = Vec::new();
+    sluice_wire::Join {
+        session_id: 42,
+        mac: [0; 32],
+        stream_index: 0,
+        channel: 0,
+    }
+    .encode(&mut join);
+    let f = raw_exchange(&addr, &join, false);
+    assert_error_or_nothing(&f, "join of an unknown session");
+    assert_eq!(f.len(), 1, "{f:?}");
+
+    // A good Hello followed by garbage.
+    let mut bad = hello.clone();
+    bad.extend_from_slice(&[0xee; 64]);
+    let f = raw_exchange(&addr, &bad, true);
+    assert!(
+        matches!(
+            f.as_slice(),
+            [Frame::Welcome(_)] | [Frame::Welcome(_), Frame::Error(_)]
+        ),
+        "{f:?}"
+    );
+
+    d.assert_alive();
+    let file = t.path().join("f.txt");
+    write(&file, b"still serving");
+    cp(&[s(&file), &d.url("f.txt")]).ok();
+    assert_eq!(std::fs::read(root.join("f.txt")).unwrap(), b"still serving");
+}
+
+// ---------------------------------------------------------------------------------------
+// A full disk on the receiver
+// ---------------------------------------------------------------------------------------
+
+/// A 4 MiB tmpfs mounted for the test and unmounted when dropped.
+struct SmallTmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallTmpfs {
+    /// `None` (with the reason printed) where mounting is not allowed.
+    fn mount() -> Option<SmallTmpfs> {
+        let dir = tempfile::tempdir().ok()?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(SmallTmpfs { dir }),
+            Ok(o) => {
+                eprintln!(
+                    "skipped: cannot mount a tmpfs (needs root): {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("skipped: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).output();
+    }
+}
+
+#[test]
+fn full_disk_fails_the_file_clearly_and_the_daemon_keeps_serving() {
+    let Some(fs) = SmallTmpfs::mount() else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let file = t.path().join("big.bin");
+    write(&file, &bytes(80, 8 * MIB));
+    let mut d = Daemon::start(fs.path());
+    let out = cp(&["--json", s(&file), &d.url("big.bin")]);
+    out.code(1);
+    let v = out.json();
+    assert_eq!(v["files_failed"], 1, "{v}");
+    let err = v["failures"][0]["error"]
+        .as_str()
+        .expect("an error message");
+    assert!(err.contains("No space left"), "{err}");
+    assert!(err.contains("big.bin"), "{err}");
+    assert_eq!(v["failures"][0]["path"], "big.bin");
+    assert!(!fs.path().join("big.bin").exists());
+    assert_eq!(
+        names(fs.path()),
+        Vec::<String>::new(),
+        "nothing left behind"
+    );
+
+    d.assert_alive();
+    let small = t.path().join("small.txt");
+    write(&small, b"fits");
+    cp(&[s(&small), &d.url("small.txt")]).ok();
+    assert_eq!(std::fs::read(fs.path().join("small.txt")).unwrap(), b"fits");
+}
+
+#[test]
+fn regression_chunks_of_a_file_failed_at_the_sink_stalled_their_connection() {
+    // Each chunk of a file the sink had already failed waited 60 s for a manifest entry
+    // that would never come again, holding up every later file on its data connection.
+    let Some(fs) = SmallTmpfs::mount() else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("tree");
+    write(&src.join("a/big.bin"), &bytes(81, 12 * MIB));
+    for i in 0..3 {
+        write(&src.join(format!("a/z{i}.txt")), format!("z{i}").as_bytes());
+    }
+    let mut d = Daemon::start(fs.path());
+    let args = cp_args(&["-r", "--json", "--streams", "1", s(&src), &d.url("")]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = sluice_env_timeout(&args, &[], Duration::from_secs(30));
+    out.code(1);
+    let v = out.json();
+    assert_eq!(v["files_failed"], 1, "{v}");
+    assert_eq!(v["failures"][0]["path"], "tree/a/big.bin");
+    assert_eq!(
+        names(&fs.path().join("tree/a")),
+        ["z0.txt", "z1.txt", "z2.txt"]
+    );
+    d.assert_alive();
+}
