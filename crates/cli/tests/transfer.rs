@@ -77,7 +77,13 @@ impl Daemon {
             .arg("--root")
             .arg(root)
             .args(["--listen", "127.0.0.1:0", "--json"])
-            .args(SMALL)
+            // `extra` may set its own --buffer-mem or --chunk-size.
+            .args(
+                SMALL
+                    .chunks(2)
+                    .filter(|pair| !extra.contains(&pair[0]))
+                    .flatten(),
+            )
             .args(extra)
             .env_remove("SLUICE_LOG")
             .env_remove(FAULT_CORRUPT)
@@ -579,6 +585,108 @@ fn large_file_with_one_and_four_streams_on_both_pipelines() {
             assert_same_file(&file, &local);
         }
     }
+}
+
+#[test]
+fn policies_another_topology_fsync_and_io_threads() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let file = t.path().join("f.bin");
+    write(&file, &bytes(12, 3 * MIB + 1));
+    // A daemon planned for a synthetic 4-node machine runs unbound here.
+    let d = Daemon::start_with(
+        &root,
+        &[
+            "--topology",
+            "synthetic:pack:2 numa:2 core:4 pu:1",
+            "--policy",
+            "nmts",
+        ],
+        &[],
+    );
+    for policy in ["os", "bind"] {
+        let url = d.url(&format!("{policy}.bin"));
+        let args = [
+            "--json",
+            "--policy",
+            policy,
+            "--fsync",
+            "--streams",
+            "3",
+            "--io-threads",
+            "3",
+        ];
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend([s(&file), url.as_str()]);
+        let v = cp(&a).ok().json();
+        assert_eq!(v["plan"]["policy"], policy, "{}", v["plan"]);
+        assert_same_file(&file, &root.join(format!("{policy}.bin")));
+        let back = t.path().join(format!("{policy}-back.bin"));
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend([url.as_str(), s(&back)]);
+        cp(&a).ok();
+        assert_same_file(&file, &back);
+    }
+}
+
+#[test]
+fn client_and_daemon_chunk_sizes_differ() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let file = t.path().join("f.bin");
+    write(&file, &bytes(14, 9 * MIB + 5));
+    let d = Daemon::start_with(&root, &["--chunk-size", "4MiB"], &[]);
+    // The client's 1 MiB (SMALL) is smaller than the daemon's 4 MiB.
+    cp(&[s(&file), &d.url("small-chunks.bin")]).ok();
+    assert_same_file(&file, &root.join("small-chunks.bin"));
+    let back = t.path().join("back.bin");
+    cp(&[&d.url("small-chunks.bin"), s(&back)]).ok();
+    assert_same_file(&file, &back);
+    // A client asking for more than the daemon's chunk.
+    let d = Daemon::start(&root);
+    let big = ["cp", "--buffer-mem", "64MiB", "--chunk-size", "8MiB"];
+    let url = d.url("big-chunks.bin");
+    let mut a: Vec<&str> = big.to_vec();
+    a.extend([s(&file), url.as_str()]);
+    sluice(&a).ok();
+    assert_same_file(&file, &root.join("big-chunks.bin"));
+    let mut a: Vec<&str> = big.to_vec();
+    let back = t.path().join("back8.bin");
+    a.extend([url.as_str(), s(&back)]);
+    sluice(&a).ok();
+    assert_same_file(&file, &back);
+}
+
+#[test]
+fn concurrent_sessions_share_the_daemon() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let file = t.path().join("f.bin");
+    write(&file, &bytes(13, 3 * MIB + 7));
+    std::fs::copy(&file, root.join("served.bin")).unwrap();
+    // A small daemon pool: 16 one-MiB slots for every session at once.
+    let mut d = Daemon::start_with(&root, &["--buffer-mem", "16MiB"], &[]);
+    let mut children = Vec::new();
+    for i in 0..3 {
+        let push = cp_args(&["--streams", "4", s(&file), &d.url(&format!("p{i}.bin"))]);
+        let push: Vec<&str> = push.iter().map(String::as_str).collect();
+        children.push((format!("push {i}"), spawn_sluice(&push, &[])));
+        let local = t.path().join(format!("q{i}.bin"));
+        let pull = cp_args(&["--streams", "4", &d.url("served.bin"), s(&local)]);
+        let pull: Vec<&str> = pull.iter().map(String::as_str).collect();
+        children.push((format!("pull {i}"), spawn_sluice(&pull, &[])));
+    }
+    for (what, child) in children {
+        finish(child, what, COMMAND_TIMEOUT).ok();
+    }
+    for i in 0..3 {
+        assert_same_file(&file, &root.join(format!("p{i}.bin")));
+        assert_same_file(&file, &t.path().join(format!("q{i}.bin")));
+    }
+    d.assert_alive();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1165,6 +1273,61 @@ fn a_symlink_leading_out_of_the_root_cannot_be_read_or_written_through() {
         b"secret outside the root"
     );
     assert_eq!(names(&t.path().join("outside")), ["x"]);
+    d.assert_alive();
+}
+
+#[test]
+fn regression_pull_hid_the_daemons_scan_errors_and_reported_success() {
+    // What the daemon could not scan on a pull (a start leading out of its root, a
+    // directory without -r, a non-UTF-8 name) was only logged by the daemon: the client
+    // printed "0 file(s)" and exited 0.
+    use std::os::unix::ffi::OsStrExt;
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    write(&t.path().join("outside/x"), b"outside");
+    write(&root.join("tree/good.txt"), b"good");
+    write(
+        &root
+            .join("tree")
+            .join(std::ffi::OsStr::from_bytes(b"bad-\xff.txt")),
+        b"bad",
+    );
+    symlink("../outside", root.join("link")).unwrap();
+    let mut d = Daemon::start(&root);
+
+    let got = t.path().join("got-contents");
+    let out = cp(&["-r", "--json", &d.url("link/"), s(&got)]);
+    out.code(1);
+    let v = out.json();
+    assert_eq!(v["files_failed"], 1, "{v}");
+    let err = v["scan_errors"][0].as_str().expect("a scan error");
+    assert!(
+        err.contains("link") && err.contains("outside the root"),
+        "{err}"
+    );
+    assert!(!got.join("x").exists());
+
+    let out = cp(&[&d.url("tree"), s(&t.path().join("not-recursive"))]);
+    out.code(1);
+    assert!(
+        out.stderr.contains("not a recursive copy"),
+        "{}",
+        out.stderr
+    );
+
+    let dst = t.path().join("dst");
+    let out = cp(&["-r", "--json", &d.url("tree"), s(&dst)]);
+    out.code(1);
+    let v = out.json();
+    assert_eq!(v["files_failed"], 1, "{v}");
+    assert!(
+        v["scan_errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("not valid UTF-8"),
+        "{v}"
+    );
+    assert_eq!(std::fs::read(dst.join("good.txt")).unwrap(), b"good");
     d.assert_alive();
 }
 

@@ -608,6 +608,9 @@ fn master(shared: &Arc<Shared>, events: &Receiver<ControlEvent>) -> Result<(), E
                     shared
                         .stats
                         .file_done(&e.entry, FileOutcome::Failed { message: f.message });
+                } else if f.file_id == crate::source::UNDESCRIBED_FILE_ID {
+                    // An entry the source could not scan (on a pull: the daemon's side).
+                    shared.stats.scan_error(&f.message);
                 }
             }
             Frame::Close(_) => {

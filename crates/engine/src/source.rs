@@ -35,6 +35,11 @@ pub const MAX_FILES_IN_FLIGHT: usize = 16_384;
 /// Files up to this size travel packed (when the chunk is larger).
 pub const SMALL_FILE_MAX_BYTES: u64 = 256 << 10;
 
+/// The `file_id` of a `FileFailed` for an entry the source could not describe (it
+/// could not be scanned, so it has no manifest entry); the message names it. Scanned
+/// entries are numbered from 1.
+pub const UNDESCRIBED_FILE_ID: u64 = 0;
+
 /// What to scan: a root, where to start in it, and the name it gets at the destination.
 #[derive(Debug)]
 pub struct ScanSpec {
@@ -637,6 +642,12 @@ fn master(
                 Ok((_, Err(msg))) => {
                     tracing::warn!("scan: {msg}");
                     stats.scan_error(&msg);
+                    // The sink reports it too: on a pull it is the user's side.
+                    control.send(Frame::FileFailed(FileFailed::new(
+                        UNDESCRIBED_FILE_ID,
+                        ErrorCode::Io,
+                        msg,
+                    )));
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
                     if !manifest.is_empty() {
