@@ -967,6 +967,34 @@ fn no_clobber_leaves_an_existing_file_and_reports_it_skipped() {
 }
 
 #[test]
+fn regression_no_clobber_failed_on_an_existing_symlink() {
+    // A second `cp -r --no-clobber` of a tree with a link failed (exit 1) on the link
+    // that the first run had made, instead of skipping it.
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = t.path().join("src");
+    write(&src.join("a.txt"), b"a");
+    write(&src.join("empty"), b"");
+    symlink("a.txt", src.join("link")).unwrap();
+    let d = Daemon::start(&root);
+    cp(&["-r", s(&src), &d.url("")]).ok();
+    std::fs::remove_file(root.join("src/link")).unwrap();
+    symlink("elsewhere", root.join("src/link")).unwrap();
+    let v = cp(&["-r", "--json", "--no-clobber", s(&src), &d.url("")])
+        .ok()
+        .json();
+    for f in ["src/a.txt", "src/empty", "src/link"] {
+        assert_eq!(row(&v, f)["status"], "skipped", "{f}: {v}");
+    }
+    assert_eq!(
+        std::fs::read_link(root.join("src/link")).unwrap(),
+        Path::new("elsewhere"),
+        "the existing link is kept"
+    );
+}
+
+#[test]
 fn update_skips_same_size_and_mtime_and_sends_changed_files() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("root");

@@ -668,6 +668,11 @@ fn announce(shared: &Arc<Shared>, entry: FileEntry, negotiate: bool, dirs: &mut 
             );
         }
         FileKind::Symlink => {
+            // No-clobber keeps an existing link (skipped, not failed); --update always
+            // re-creates links, which is cheap.
+            if shared.opts.no_clobber && skip_existing(shared, &e) {
+                return;
+            }
             let target = entry.symlink_target.clone().unwrap_or_default();
             let r = sinkfs::make_symlink(
                 &shared.root,
