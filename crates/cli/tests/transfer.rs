@@ -1407,7 +1407,7 @@ fn non_loopback_listen_without_token_is_a_usage_error() {
 }
 
 #[test]
-fn usage_errors_exit_2() {
+fn exit_codes_for_bad_input_and_failures() {
     let t = tempfile::tempdir().unwrap();
     let a = t.path().join("a");
     write(&a, b"a");
@@ -1417,6 +1417,19 @@ fn usage_errors_exit_2() {
     cp(&[s(&a), "sluice:///x"]).code(2);
     // A bad option value.
     cp(&["--streams", "1000", s(&a), "sluice://127.0.0.1:1/x"]).code(2);
+    // A daemon root that is not a directory.
+    let out = sluice(&["serve", "--root", s(&a), "--listen", "127.0.0.1:0"]);
+    out.code(2);
+    assert!(out.stderr.contains("not a directory"), "{}", out.stderr);
+    // No daemon listening: a failure (1), not bad input, in one line.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let out = cp(&[s(&a), &format!("sluice://127.0.0.1:{port}/x")]);
+    out.code(1);
+    assert!(out.stderr.contains("connecting to"), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1581,6 +1594,27 @@ fn malformed_input_is_answered_with_an_error_and_the_daemon_keeps_serving() {
     write(&file, b"still serving");
     cp(&[s(&file), &d.url("f.txt")]).ok();
     assert_eq!(std::fs::read(root.join("f.txt")).unwrap(), b"still serving");
+}
+
+#[test]
+fn client_refuses_a_peer_that_is_not_sluice() {
+    let t = tempfile::tempdir().unwrap();
+    let a = t.path().join("a");
+    write(&a, b"a");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = std::thread::spawn(move || {
+        if let Ok((mut c, _)) = listener.accept() {
+            let _ = c.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+            let mut sink = Vec::new();
+            let _ = c.read_to_end(&mut sink);
+        }
+    });
+    let out = cp(&[s(&a), &format!("sluice://{addr}/x")]);
+    out.code(1);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains(&addr.to_string()), "{}", out.stderr);
+    server.join().expect("the fake server ends");
 }
 
 // ---------------------------------------------------------------------------------------
