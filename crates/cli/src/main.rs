@@ -7,6 +7,7 @@
 mod cp_cmd;
 mod demo_cmd;
 mod exit;
+mod gen_cmd;
 mod output;
 mod plan_cmd;
 mod svg;
@@ -39,6 +40,8 @@ enum Command {
     /// The main job on an embedded default: a loopback daemon, a generated data set, a
     /// verified transfer and its summary.
     Demo(demo_cmd::DemoArgs),
+    /// Generate deterministic test data (tomography-like detector frames).
+    Gen(gen_cmd::GenArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -50,6 +53,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => cp_cmd::serve_run(args),
         Command::Cp(args) => cp_cmd::cp_run(args),
         Command::Demo(args) => demo_cmd::run(args),
+        Command::Gen(args) => gen_cmd::run(args),
     };
     match result {
         Ok(code) => code.into(),
