@@ -76,7 +76,12 @@ impl Daemon {
         cmd.arg("serve")
             .arg("--root")
             .arg(root)
-            .args(["--listen", "127.0.0.1:0", "--json"])
+            .args(if extra.contains(&"--listen") {
+                &[][..]
+            } else {
+                &["--listen", "127.0.0.1:0"][..]
+            })
+            .arg("--json")
             // `extra` may set its own --buffer-mem or --chunk-size.
             .args(
                 SMALL
@@ -114,7 +119,13 @@ impl Daemon {
             .as_str()
             .unwrap_or_else(|| panic!("no \"listen\" in {line}"))
             .to_string();
-        assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+        let port: u16 = addr
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {addr}"));
+        assert_ne!(port, 0, "{addr}");
+        // A wildcard address is reached on loopback.
+        let addr = addr.replace("0.0.0.0:", "127.0.0.1:");
         Daemon {
             child,
             addr,
@@ -1427,6 +1438,22 @@ fn non_loopback_listen_without_token_is_a_usage_error() {
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
     assert!(out.stderr.contains("0.0.0.0"), "{}", out.stderr);
     assert!(out.stderr.contains("--token-file"), "{}", out.stderr);
+
+    // With a token it serves (only clients that know it). Not tried: the same with
+    // --insecure-no-auth, which would open an unauthenticated writer on every interface.
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let token = t.path().join("token");
+    write(&token, b"wildcard secret");
+    let d = Daemon::start_with(
+        &root,
+        &["--listen", "0.0.0.0:0", "--token-file", s(&token)],
+        &[],
+    );
+    let file = t.path().join("f.txt");
+    write(&file, b"authenticated");
+    cp(&["--token-file", s(&token), s(&file), &d.url("f.txt")]).ok();
+    assert_eq!(std::fs::read(root.join("f.txt")).unwrap(), b"authenticated");
 }
 
 #[test]
