@@ -112,7 +112,8 @@ pub struct ServeArgs {
     pub json: bool,
 }
 
-fn read_token(path: &PathBuf) -> Result<Token> {
+/// Reads a shared secret from a file (one trailing newline ignored).
+pub fn read_token(path: &PathBuf) -> Result<Token> {
     let bytes = std::fs::read(path).map_err(|e| {
         bad_input(format!(
             "--token-file {}: cannot read it: {e}",

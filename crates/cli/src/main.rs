@@ -10,6 +10,7 @@ mod exit;
 mod gen_cmd;
 mod output;
 mod plan_cmd;
+mod stream_cmd;
 mod svg;
 mod topo_cmd;
 
@@ -42,6 +43,8 @@ enum Command {
     Demo(demo_cmd::DemoArgs),
     /// Generate deterministic test data (tomography-like detector frames).
     Gen(gen_cmd::GenArgs),
+    /// Send or receive a live byte stream, in order (a detector's output).
+    Stream(stream_cmd::StreamArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -54,6 +57,7 @@ fn main() -> std::process::ExitCode {
         Command::Cp(args) => cp_cmd::cp_run(args),
         Command::Demo(args) => demo_cmd::run(args),
         Command::Gen(args) => gen_cmd::run(args),
+        Command::Stream(args) => stream_cmd::run(args),
     };
     match result {
         Ok(code) => code.into(),

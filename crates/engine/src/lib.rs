@@ -19,6 +19,7 @@ pub mod session;
 pub mod sink;
 pub mod source;
 pub mod stats;
+pub mod stream;
 pub mod transport;
 
 pub use codec::CompressMode;

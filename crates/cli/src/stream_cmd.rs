@@ -1,0 +1,176 @@
+//! `sluice stream send|recv`: a live byte stream (a detector's output) through sluice's
+//! channels, in order, with placement, compression, integrity and authentication.
+
+use crate::cp_cmd::read_token;
+use crate::exit::{bad_input, ExitCode};
+use crate::plan_cmd::{parse_bytes, JobArgs, Side};
+use crate::topo_cmd::load_machine;
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use sluice_engine::client::Endpoint;
+use sluice_engine::stream::{receive_to, send_from, StreamOptions, DEFAULT_RECORD_BYTES};
+use sluice_engine::{CompressMode, Runtime};
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Arguments of `sluice stream`.
+#[derive(Debug, Args)]
+pub struct StreamArgs {
+    #[command(subcommand)]
+    pub side: StreamSide,
+}
+
+/// Which end.
+#[derive(Debug, Subcommand)]
+pub enum StreamSide {
+    /// Read a stream from stdin (or FILE, e.g. a named pipe) and send it.
+    Send(SendArgs),
+    /// Receive one stream and write it, in order, to stdout (or --output).
+    Recv(RecvArgs),
+}
+
+/// Arguments of `sluice stream send`.
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// The receiver: `sluice://HOST:PORT`.
+    pub to: String,
+    /// Input: a file or named pipe; stdin when absent or `-`.
+    pub input: Option<PathBuf>,
+    /// Bytes per record (seed 001's 2560x2160 16-bit frame by default).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_RECORD_BYTES.to_string())]
+    pub record_size: String,
+    /// Compression: none, lz4, zstd[:LEVEL] or auto.
+    #[arg(long, value_name = "CODEC", default_value = "none")]
+    pub compress: String,
+    /// File holding the shared secret.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Print the summary as JSON on stderr.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `sluice stream recv`.
+#[derive(Debug, Args)]
+pub struct RecvArgs {
+    /// Address to listen on (port 0 picks one; the address is printed on stderr).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7879")]
+    pub listen: SocketAddr,
+    /// Write the stream here instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// File holding the shared secret the sender must prove it knows.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Allow a non-loopback address without a token.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Print the listening address and the summary as JSON lines on stderr.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Streams need slots that hold a whole record: 16 MiB unless --chunk-size says more.
+fn stream_runtime(job: &JobArgs, side: Side) -> Result<Arc<Runtime>> {
+    let mut job = job.clone();
+    if job.chunk_size == crate::plan_cmd::DEFAULT_CHUNK {
+        job.chunk_size = "16MiB".into();
+    }
+    let plan = job.plan(&load_machine("this")?, side)?;
+    Ok(Arc::new(
+        Runtime::new(plan).context("allocating buffer pools")?,
+    ))
+}
+
+/// Runs `sluice stream`.
+pub fn run(args: &StreamArgs) -> Result<ExitCode> {
+    match &args.side {
+        StreamSide::Send(a) => send(a),
+        StreamSide::Recv(a) => recv(a),
+    }
+}
+
+fn send(a: &SendArgs) -> Result<ExitCode> {
+    let addr = match Endpoint::parse(&a.to).map_err(bad_input)? {
+        Endpoint::Remote { addr, .. } => addr,
+        Endpoint::Local(p) => {
+            return Err(bad_input(format!(
+                "{p:?} is not a receiver: expected sluice://HOST:PORT"
+            )))
+        }
+    };
+    let record = parse_bytes("--record-size", &a.record_size)?;
+    let opts = StreamOptions {
+        streams: u16::try_from(a.job.streams)
+            .map_err(|_| bad_input("--streams is too large"))?
+            .max(1),
+        record_bytes: u32::try_from(record)
+            .map_err(|_| bad_input(format!("--record-size {record} is too large")))?,
+        compress: a.compress.parse::<CompressMode>().map_err(bad_input)?,
+        token: a.token_file.as_ref().map(read_token).transpose()?,
+    };
+    let runtime = stream_runtime(&a.job, Side::Send)?;
+    let summary = match &a.input {
+        Some(p) if p.as_os_str() != "-" => {
+            let f =
+                std::fs::File::open(p).map_err(|e| bad_input(format!("{}: {e}", p.display())))?;
+            send_from(&addr, &opts, runtime, f)?
+        }
+        _ => send_from(&addr, &opts, runtime, std::io::stdin().lock())?,
+    };
+    report(&summary, a.json);
+    Ok(ExitCode::Ok)
+}
+
+fn recv(a: &RecvArgs) -> Result<ExitCode> {
+    let token = a.token_file.as_ref().map(read_token).transpose()?;
+    if !a.listen.ip().is_loopback() && token.is_none() && !a.insecure_no_auth {
+        return Err(bad_input(format!(
+            "--listen {} is not a loopback address: give --token-file FILE (or --insecure-no-auth)",
+            a.listen
+        )));
+    }
+    let runtime = stream_runtime(&a.job, Side::Recv)?;
+    let listener =
+        TcpListener::bind(a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
+    let addr = listener.local_addr()?;
+    if a.json {
+        eprintln!("{}", serde_json::json!({ "listen": addr.to_string() }));
+    } else {
+        eprintln!("sluice: waiting for a stream on {addr}");
+    }
+    let summary = match &a.output {
+        Some(p) => {
+            let f =
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+            receive_to(
+                &listener,
+                token,
+                runtime,
+                std::io::BufWriter::with_capacity(1 << 20, f),
+            )?
+        }
+        None => receive_to(&listener, token, runtime, std::io::stdout().lock())?,
+    };
+    report(&summary, a.json);
+    Ok(ExitCode::Ok)
+}
+
+fn report(s: &sluice_engine::stream::StreamSummary, json: bool) {
+    if json {
+        eprintln!("{}", serde_json::to_string(s).unwrap_or_default());
+    } else {
+        eprintln!(
+            "sluice: {} record(s), {:.1} MiB ({:.1} MiB on the wire) in {:.2} s",
+            s.records,
+            s.bytes as f64 / 1048576.0,
+            s.wire_bytes as f64 / 1048576.0,
+            s.seconds
+        );
+    }
+}
