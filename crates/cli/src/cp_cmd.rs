@@ -170,15 +170,15 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
     let plan = runtime.plan();
     if args.json {
         let v = serde_json::json!({ "listen": addr.to_string(), "root": args.root, "plan": plan });
-        println!("{v}");
+        let _ = crate::output::stdout(&(format!("{v}") + "\n"));
     } else {
-        eprintln!(
+        crate::output::stderr_line(&format!(
             "sluice: serving {} on {addr} (policy {}, {} channel(s), {} MiB of buffers)",
             args.root.display(),
             plan.policy,
             plan.channels.len(),
             plan.buffer_bytes() >> 20
-        );
+        ));
     }
     let cfg = ServeConfig {
         root: args.root.clone(),
@@ -254,7 +254,7 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
     }
     let summary = stats.summary(runtime.plan());
     if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
+        let _ = crate::output::stdout(&(format!("{}", serde_json::to_string(&summary)?) + "\n"));
     } else {
         print_summary(&summary);
     }
@@ -267,7 +267,7 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
 
 fn print_summary(s: &sluice_engine::Summary) {
     let mib = s.bytes as f64 / f64::from(1u32 << 20);
-    println!(
+    let _ = crate::output::stdout(&(format!(
         "{} file(s), {:.1} MiB in {:.2} s ({:.1} MiB/s), {} skipped, {} failed, pipeline {}, policy {}",
         s.files,
         mib,
@@ -277,28 +277,32 @@ fn print_summary(s: &sluice_engine::Summary) {
         s.files_failed,
         s.pipeline,
         s.plan.policy
-    );
+    ) + "\n"));
     if s.bytes_resumed > 0 {
-        println!(
-            "resumed: {} bytes already at the destination",
-            s.bytes_resumed
+        let _ = crate::output::stdout(
+            &(format!(
+                "resumed: {} bytes already at the destination",
+                s.bytes_resumed
+            ) + "\n"),
         );
     }
     if s.chunks_resent > 0 {
-        println!(
-            "{} corrupted chunk(s) detected and sent again",
-            s.chunks_resent
+        let _ = crate::output::stdout(
+            &(format!(
+                "{} corrupted chunk(s) detected and sent again",
+                s.chunks_resent
+            ) + "\n"),
         );
     }
     for f in &s.failures {
-        eprintln!(
+        crate::output::stderr_line(&format!(
             "failed: {}: {}",
             f.path,
             f.error.as_deref().unwrap_or("unknown error")
-        );
+        ));
     }
     for e in &s.scan_errors {
-        eprintln!("failed: {e}");
+        crate::output::stderr_line(&format!("failed: {e}"));
     }
 }
 

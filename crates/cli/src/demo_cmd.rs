@@ -135,14 +135,14 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
         std::fs::remove_dir_all(&dst).with_context(|| format!("clearing {}", dst.display()))?;
     }
     std::fs::create_dir_all(&dst)?;
-    eprintln!(
+    crate::output::stderr_line(&format!(
         "demo: generating {} MiB + {} small files in {}",
         big >> 20,
         args.small_files,
         src.display()
-    );
+    ));
     let (files, bytes) = generate(&src, big, args.small_files)?;
-    eprintln!("demo: {files} files, {} MiB", bytes >> 20);
+    crate::output::stderr_line(&format!("demo: {files} files, {} MiB", bytes >> 20));
 
     let machine = load_machine("this")?;
     let server_runtime = Arc::new(Runtime::new(args.job.plan(&machine, Side::Recv)?)?);
@@ -159,13 +159,13 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
         .name("daemon".into())
         .spawn(move || {
             if let Err(e) = serve(listener, cfg) {
-                eprintln!("demo: daemon failed: {e}");
+                crate::output::stderr_line(&format!("demo: daemon failed: {e}"));
             }
         })?;
-    eprintln!(
+    crate::output::stderr_line(&format!(
         "demo: daemon on {addr}, pushing {}/ with --verify",
         src.display()
-    );
+    ));
 
     let client_runtime = Arc::new(Runtime::new(args.job.plan(&machine, Side::Send)?)?);
     let chunk =
@@ -189,9 +189,9 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
     let summary = stats.summary(client_runtime.plan());
     let compared = compare_trees(&src, &dst).context("comparing source and destination")?;
     if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
+        let _ = crate::output::stdout(&(format!("{}", serde_json::to_string(&summary)?) + "\n"));
     } else {
-        println!(
+        let _ = crate::output::stdout(&(format!(
             "demo: moved {} files, {:.1} MiB in {:.2} s ({:.1} MiB/s) over {} stream(s), pipeline {}, policy {}",
             summary.files,
             summary.bytes as f64 / 1048576.0,
@@ -200,10 +200,12 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
             cfg.opts.streams,
             summary.pipeline,
             summary.plan.policy
-        );
-        println!(
-            "demo: verified: {compared} files byte-identical in {}",
-            dst.display()
+        ) + "\n"));
+        let _ = crate::output::stdout(
+            &(format!(
+                "demo: verified: {compared} files byte-identical in {}",
+                dst.display()
+            ) + "\n"),
         );
     }
     Ok(if summary.files_failed > 0 {

@@ -140,9 +140,12 @@ fn recv(a: &RecvArgs) -> Result<ExitCode> {
         TcpListener::bind(a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
     let addr = listener.local_addr()?;
     if a.json {
-        eprintln!("{}", serde_json::json!({ "listen": addr.to_string() }));
+        crate::output::stderr_line(&format!(
+            "{}",
+            serde_json::json!({ "listen": addr.to_string() })
+        ));
     } else {
-        eprintln!("sluice: waiting for a stream on {addr}");
+        crate::output::stderr_line(&format!("sluice: waiting for a stream on {addr}"));
     }
     let summary = match &a.output {
         Some(p) => {
@@ -163,14 +166,14 @@ fn recv(a: &RecvArgs) -> Result<ExitCode> {
 
 fn report(s: &sluice_engine::stream::StreamSummary, json: bool) {
     if json {
-        eprintln!("{}", serde_json::to_string(s).unwrap_or_default());
+        crate::output::stderr_line(&format!("{}", serde_json::to_string(s).unwrap_or_default()));
     } else {
-        eprintln!(
+        crate::output::stderr_line(&format!(
             "sluice: {} record(s), {:.1} MiB ({:.1} MiB on the wire) in {:.2} s",
             s.records,
             s.bytes as f64 / 1048576.0,
             s.wire_bytes as f64 / 1048576.0,
             s.seconds
-        );
+        ));
     }
 }

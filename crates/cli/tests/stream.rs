@@ -1,0 +1,238 @@
+//! `sluice stream` and `--compress` end to end with the real binary over loopback.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// Kills its child when dropped, so no test leaves a process behind.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Deterministic data: `compressible` repeats a pattern, otherwise xorshift noise.
+fn data(n: usize, compressible: bool) -> Vec<u8> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    (0..n)
+        .map(|i| {
+            if compressible && (i / 4096) % 2 == 0 {
+                (i % 251) as u8
+            } else {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x.to_le_bytes()[0]
+            }
+        })
+        .collect()
+}
+
+/// Starts `sluice stream recv` on a free port writing to `out`; returns it and its address.
+fn receiver(out: &std::path::Path, extra: &[&str]) -> (Guard, String) {
+    let mut child = Command::new(BIN)
+        .args([
+            "stream",
+            "recv",
+            "--listen",
+            "127.0.0.1:0",
+            "--json",
+            "--buffer-mem",
+            "16MiB",
+        ])
+        .args(["--chunk-size", "1MiB", "--output"])
+        .arg(out)
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the receiver");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut reader = BufReader::new(stderr);
+    let mut line = String::new();
+    reader
+        .read_line(&mut line)
+        .expect("the receiver's address line");
+    // Keep draining stderr so the receiver's summary line has somewhere to go.
+    std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+    let v: serde_json::Value = serde_json::from_str(&line).expect("JSON address line");
+    (
+        Guard(child),
+        v["listen"].as_str().expect("listen").to_string(),
+    )
+}
+
+fn send(addr: &str, input: &[u8], extra: &[&str]) -> std::process::Output {
+    let mut child = Command::new(BIN)
+        .args([
+            "stream",
+            "send",
+            &format!("sluice://{addr}"),
+            "--json",
+            "--buffer-mem",
+            "16MiB",
+        ])
+        .args(["--chunk-size", "1MiB", "--record-size", "200000"])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the sender");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("sender output");
+    let _ = feeder.join();
+    out
+}
+
+fn wait_exit(mut g: Guard, limit: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = g.0.try_wait().expect("wait") {
+            return s;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "the receiver did not finish in {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn stream_preserves_order_and_bytes_for_every_codec_and_data_kind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (i, (codec, compressible)) in [
+        ("none", false),
+        ("lz4", true),
+        ("lz4", false),
+        ("zstd:3", true),
+        ("auto", true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let input = data(3_000_017, compressible);
+        let out = dir.path().join(format!("out{i}"));
+        let (rx, addr) = receiver(&out, &[]);
+        let sent = send(&addr, &input, &["--compress", codec, "--streams", "3"]);
+        assert!(
+            sent.status.success(),
+            "{codec}: {}",
+            String::from_utf8_lossy(&sent.stderr)
+        );
+        assert!(
+            wait_exit(rx, Duration::from_secs(60)).success(),
+            "{codec}: receiver failed"
+        );
+        let got = std::fs::read(&out).expect("output");
+        assert!(
+            got == input,
+            "{codec}: {} bytes out for {} in, or reordered",
+            got.len(),
+            input.len()
+        );
+        let summary: serde_json::Value = serde_json::from_slice(
+            sent.stderr
+                .split(|&b| b == b'\n')
+                .find(|l| l.starts_with(b"{"))
+                .expect("summary"),
+        )
+        .expect("JSON summary");
+        let (bytes, wire) = (
+            summary["bytes"].as_u64().unwrap(),
+            summary["wire_bytes"].as_u64().unwrap(),
+        );
+        assert_eq!(bytes, input.len() as u64);
+        if codec == "lz4" || codec == "zstd:3" {
+            if compressible {
+                assert!(
+                    wire < bytes,
+                    "{codec}: compressible data shrinks on the wire ({wire} of {bytes})"
+                );
+            } else {
+                assert_eq!(wire, bytes, "{codec}: incompressible chunks travel raw");
+            }
+        }
+    }
+}
+
+#[test]
+fn an_empty_stream_arrives_empty() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("empty");
+    let (rx, addr) = receiver(&out, &[]);
+    let sent = send(&addr, &[], &[]);
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    assert!(wait_exit(rx, Duration::from_secs(30)).success());
+    assert_eq!(std::fs::metadata(&out).expect("output").len(), 0);
+}
+
+#[test]
+fn a_killed_receiver_gives_the_sender_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("cut");
+    let (mut rx, addr) = receiver(&out, &[]);
+    let mut child = Command::new(BIN)
+        .args([
+            "stream",
+            "send",
+            &format!("sluice://{addr}"),
+            "--buffer-mem",
+            "16MiB",
+        ])
+        .args(["--chunk-size", "1MiB", "--record-size", "200000"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the sender");
+    let mut stdin = child.stdin.take().expect("stdin");
+    // Some records through, then the receiver dies while the producer keeps writing.
+    stdin
+        .write_all(&data(1_000_000, false))
+        .expect("first records");
+    std::thread::sleep(Duration::from_millis(300));
+    rx.0.kill().expect("kill the receiver");
+    let feeder = std::thread::spawn(move || {
+        let chunk = data(1 << 20, false);
+        for _ in 0..200 {
+            if stdin.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the sender hung after the receiver died"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = feeder.join();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    assert!(!status.success(), "the sender must fail");
+    assert!(
+        err.contains("closed the stream")
+            || err.contains("Connection reset")
+            || err.contains("Broken pipe"),
+        "the error says the receiver went away: {err}"
+    );
+}
