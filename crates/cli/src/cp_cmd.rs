@@ -254,7 +254,7 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
     }
     let summary = stats.summary(runtime.plan());
     if args.json {
-        let _ = crate::output::stdout(&(format!("{}", serde_json::to_string(&summary)?) + "\n"));
+        let _ = crate::output::stdout(&(serde_json::to_string(&summary)? + "\n"));
     } else {
         print_summary(&summary);
     }

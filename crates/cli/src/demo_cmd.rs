@@ -189,7 +189,7 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
     let summary = stats.summary(client_runtime.plan());
     let compared = compare_trees(&src, &dst).context("comparing source and destination")?;
     if args.json {
-        let _ = crate::output::stdout(&(format!("{}", serde_json::to_string(&summary)?) + "\n"));
+        let _ = crate::output::stdout(&(serde_json::to_string(&summary)? + "\n"));
     } else {
         let _ = crate::output::stdout(&(format!(
             "demo: moved {} files, {:.1} MiB in {:.2} s ({:.1} MiB/s) over {} stream(s), pipeline {}, policy {}",

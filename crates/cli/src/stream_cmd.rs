@@ -166,7 +166,7 @@ fn recv(a: &RecvArgs) -> Result<ExitCode> {
 
 fn report(s: &sluice_engine::stream::StreamSummary, json: bool) {
     if json {
-        crate::output::stderr_line(&format!("{}", serde_json::to_string(s).unwrap_or_default()));
+        crate::output::stderr_line(&serde_json::to_string(s).unwrap_or_default());
     } else {
         crate::output::stderr_line(&format!(
             "sluice: {} record(s), {:.1} MiB ({:.1} MiB on the wire) in {:.2} s",
