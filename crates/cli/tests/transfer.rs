@@ -1667,6 +1667,102 @@ fn client_refuses_a_peer_that_is_not_sluice() {
     server.join().expect("the fake server ends");
 }
 
+/// One whole frame from `c` (header, then exactly its body).
+fn read_frame(c: &mut TcpStream) -> Frame {
+    let mut buf = vec![0u8; 6];
+    c.read_exact(&mut buf).expect("a frame header");
+    let body = u32::from_le_bytes([buf[2], buf[3], buf[4], buf[5]]) as usize;
+    assert!(body <= 1 << 20, "a frame of {body} bytes");
+    buf.resize(6 + body, 0);
+    c.read_exact(&mut buf[6..]).expect("a frame body");
+    Frame::decode(&buf).expect("a valid frame").0
+}
+
+fn encode(frames: &[Frame]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for f in frames {
+        f.encode(&mut out);
+    }
+    out
+}
+
+#[test]
+fn regression_pull_failed_when_data_followed_the_joined_answer_at_once() {
+    // The client read a data connection's `Joined` through a buffered reader; when the
+    // daemon's first frame on that connection arrived with it (a busy client, a quick
+    // source), the client failed with "data before the join was answered". A scripted
+    // daemon sends `Joined` and `Close` in one write, every time.
+    use sluice_wire::{
+        Accept, Close, CloseReason, HandshakeStatus, JoinTable, ManifestEnd, ServerConfig,
+        ServerHandshake,
+    };
+    let t = tempfile::tempdir().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let daemon = std::thread::spawn(move || {
+        let (mut control, _) = listener.accept().expect("control");
+        control
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let mut hs = ServerHandshake::new(ServerConfig::new(None), [3; 32]);
+        let mut out = Vec::new();
+        let est = loop {
+            let f = read_frame(&mut control);
+            out.clear();
+            let status = hs.handle(&f, &mut out).expect("handshake");
+            control.write_all(&out).expect("send");
+            if let HandshakeStatus::Done(est) = status {
+                break est;
+            }
+        };
+        assert!(matches!(read_frame(&mut control), Frame::Open(_)));
+        let accept = Accept {
+            session_id: 7,
+            session_secret: [5; 32],
+            channels: 1,
+            streams_per_channel: 1,
+            chunk_bytes: 1 << 20,
+        };
+        let mut table = JoinTable::new(&accept, est.join_key(&accept.session_secret));
+        control
+            .write_all(&encode(&[Frame::Accept(accept.clone())]))
+            .expect("send");
+        let (mut data, _) = listener.accept().expect("data");
+        data.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let Frame::Join(join) = read_frame(&mut data) else {
+            panic!("want Join")
+        };
+        let mut out = Vec::new();
+        table.handle(&join, &mut out).expect("join");
+        // Joined and the end of the data, in one segment.
+        out.extend(encode(&[Frame::Close(Close {
+            reason: CloseReason::Done,
+        })]));
+        data.write_all(&out).expect("send");
+        control
+            .write_all(&encode(&[
+                Frame::ManifestEnd(ManifestEnd { files: 0, bytes: 0 }),
+                Frame::Close(Close {
+                    reason: CloseReason::Done,
+                }),
+            ]))
+            .expect("send");
+        let ack = read_frame(&mut control);
+        assert!(matches!(ack, Frame::CloseAck(_)), "{ack:?}");
+    });
+    let out = cp(&[
+        "--streams",
+        "1",
+        &format!("sluice://{addr}/nothing/"),
+        &slash(&t.path().join("dst")),
+    ]);
+    out.ok();
+    daemon
+        .join()
+        .expect("the scripted daemon saw a clean session");
+}
+
 // ---------------------------------------------------------------------------------------
 // A full disk on the receiver
 // ---------------------------------------------------------------------------------------

@@ -274,15 +274,16 @@ fn run_session(
                 .map_err(|e| EngineError::io("cloning a socket", e))?,
         );
         w.send_raw(&out)?;
-        let mut r = FrameReader::new(s);
-        r.set_timeout(Some(HANDSHAKE_TIMEOUT))
+        let mut s = s;
+        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
             .map_err(|e| EngineError::io("setting a timeout", e))?;
-        let frame = r
-            .next("joining")?
-            .ok_or_else(|| EngineError::Disconnected {
+        // Exactly the answer: on a pull, chunks may follow it at once.
+        let frame = transport::read_one_frame(&mut s, "joining")?.ok_or_else(|| {
+            EngineError::Disconnected {
                 peer: addr.to_string(),
                 state: "joining".into(),
-            })?;
+            }
+        })?;
         if let Frame::Error(e) = &frame {
             return Err(Box::new(EngineError::Remote {
                 code: e.code,
@@ -293,7 +294,6 @@ fn run_session(
             peer: addr.to_string(),
             message: e.to_string(),
         })?;
-        let s = r.into_inner()?;
         s.set_read_timeout(None)
             .map_err(|e| EngineError::io("clearing a timeout", e))?;
         conns.push(s);

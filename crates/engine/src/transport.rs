@@ -36,6 +36,49 @@ pub fn peer_name(stream: &TcpStream) -> String {
         .map_or_else(|_| "peer".to_string(), |a| a.to_string())
 }
 
+/// Reads exactly one frame and not a byte more: the answer to a data connection's
+/// `Join`, after which the daemon may at once send chunks on it (a [`FrameReader`] could
+/// read them into its buffer, where they would be lost). `Ok(None)`: the peer closed.
+///
+/// # Errors
+/// A socket error (a timeout included), a malformed frame, or a close inside the frame.
+pub fn read_one_frame(stream: &mut TcpStream, state: &str) -> Result<Option<Frame>, EngineError> {
+    let peer = peer_name(stream);
+    let mut buf = vec![0u8; FRAME_HEADER_BYTES];
+    let mut filled = 0;
+    while filled < FRAME_HEADER_BYTES {
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) if filled == 0 => return Ok(None),
+            Ok(0) => {
+                return Err(EngineError::Disconnected {
+                    peer,
+                    state: state.to_string(),
+                })
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(EngineError::io(
+                    format!("reading from {peer} while {state}"),
+                    e,
+                ))
+            }
+        }
+    }
+    let protocol = |cause| EngineError::Protocol {
+        peer: peer.clone(),
+        cause,
+    };
+    // The header's length is checked against its type's limit before anything is read.
+    let (head, _) = FrameHeader::decode(&buf).map_err(protocol)?;
+    buf.resize(head.frame_len(), 0);
+    stream
+        .read_exact(&mut buf[FRAME_HEADER_BYTES..])
+        .map_err(|e| EngineError::io(format!("reading from {peer} while {state}"), e))?;
+    let (frame, _) = Frame::decode(&buf).map_err(protocol)?;
+    Ok(Some(frame))
+}
+
 /// Reads control frames from a connection.
 #[derive(Debug)]
 pub struct FrameReader {
