@@ -1204,9 +1204,6 @@ fn client_killed_mid_pull_then_resume_completes_and_never_replaces_the_old_file(
 }
 
 #[test]
-#[ignore = "open: the sink never answers `Have Complete`, so --resume sends again every file \
-            the destination already holds whole (a design decision: who reads the file for \
-            the digest `Complete` carries)"]
 fn resume_skips_files_the_destination_already_holds_whole() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("root");

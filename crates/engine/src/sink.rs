@@ -727,6 +727,17 @@ fn announce(shared: &Arc<Shared>, entry: FileEntry, negotiate: bool, dirs: &mut 
                 if let HaveState::Partial { .. } = &state {
                     tracing::info!("resuming {:?}", dest.as_str());
                 }
+                if let HaveState::Complete { digest, .. } = &state {
+                    // Whole already: answered, counted as skipped, never in the table.
+                    let digest = *digest;
+                    shared.control.send(Frame::Have(Have {
+                        file_id: entry.file_id,
+                        state,
+                    }));
+                    shared.stats.file_skipped(entry);
+                    tracing::debug!("{:?} already whole ({digest:02x?})", dest.as_str());
+                    return;
+                }
                 let all_held =
                     matches!(&state, HaveState::Partial { .. }) && lock(&e.state).remaining == 0;
                 shared.table.insert(Arc::clone(&e));
@@ -768,6 +779,30 @@ fn skip_existing(shared: &Shared, e: &Arc<Entry>) -> bool {
 /// Opens the partial of a file for resume and reports the chunks that still verify.
 fn resume_state(shared: &Shared, e: &Arc<Entry>, count: u64) -> HaveState {
     let entry = &e.entry;
+    // Already whole at the destination (same size and mtime, rsync's quick check): the
+    // digest of what is there goes back, and nothing travels.
+    if sinkfs::same_size_and_mtime(&shared.root, &e.dest, entry.size, entry.mtime_ns) {
+        let digest = shared
+            .root
+            .open_read(&e.dest)
+            .map_err(|err| err.to_string())
+            .and_then(|f| {
+                reread_digest(&f, entry.size, shared.chunk_bytes).map_err(|err| err.to_string())
+            });
+        match digest {
+            Ok(digest) => {
+                return HaveState::Complete {
+                    size: entry.size,
+                    mtime_ns: entry.mtime_ns,
+                    digest,
+                }
+            }
+            Err(err) => tracing::warn!(
+                "cannot read {:?} to resume it: {err}; sending it again",
+                e.dest.as_str()
+            ),
+        }
+    }
     // Nothing to resume: create nothing now (a small file travels packed and is written
     // whole, so a partial made here would be left behind).
     if !SinkFile::has_partial(&shared.root, &e.dest) {

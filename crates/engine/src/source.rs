@@ -744,6 +744,14 @@ fn handle_event(
                     }
                     schedule(specs, layouts, spec, &entry, same.then_some(chunks), sched);
                 }
+                HaveState::Complete { size, mtime_ns, .. }
+                    if size != entry.size || mtime_ns != entry.mtime_ns =>
+                {
+                    // The destination holds another version: send this one whole.
+                    if entry.kind == FileKind::File && entry.size > 0 {
+                        schedule(specs, layouts, spec, &entry, None, sched);
+                    }
+                }
                 HaveState::Complete { .. } | HaveState::Skip(_) => {
                     pending.remove(&have.file_id);
                     stats.file_skipped(&entry);
