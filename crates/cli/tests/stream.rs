@@ -22,7 +22,7 @@ fn data(n: usize, compressible: bool) -> Vec<u8> {
     (0..n)
         .map(|i| {
             if compressible && (i / 4096) % 2 == 0 {
-                (i % 251) as u8
+                u8::try_from(i % 251).unwrap_or(0)
             } else {
                 x ^= x << 13;
                 x ^= x >> 7;
