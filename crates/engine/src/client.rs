@@ -5,13 +5,11 @@ use crate::error::EngineError;
 use crate::fs::spec::{map_copy, CopyArgs};
 use crate::fs::Root;
 use crate::runtime::Runtime;
-use crate::session::{self, DestMap, HANDSHAKE_TIMEOUT};
+use crate::session::{self, DestMap, Opened};
 use crate::source::ScanSpec;
 use crate::stats::Stats;
-use crate::transport::{self, FrameReader, FrameWriter};
 use crate::SessionOptions;
-use sluice_wire::{ClientJoin, Direction, Frame, Open, OpenOptions, Token};
-use std::net::TcpStream;
+use sluice_wire::{Direction, Open, OpenOptions, Token};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -200,19 +198,6 @@ fn run_session(
     side: Side,
     stats: &Arc<Stats>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let stream = TcpStream::connect(addr)
-        .map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
-    transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
-    let mut writer = FrameWriter::new(
-        stream
-            .try_clone()
-            .map_err(|e| EngineError::io("cloning a socket", e))?,
-    );
-    let mut reader = FrameReader::new(stream);
-    reader
-        .set_timeout(Some(HANDSHAKE_TIMEOUT))
-        .map_err(|e| EngineError::io("setting a timeout", e))?;
-    let est = session::client_handshake(&mut reader, &mut writer, cfg.token.clone())?;
     let open = Open {
         direction,
         path: path.to_string(),
@@ -234,73 +219,12 @@ fn run_session(
             },
         },
     };
-    writer.send(&Frame::Open(open))?;
-    let accept = match reader.next("waiting for Accept")? {
-        Some(Frame::Accept(a)) => a,
-        Some(Frame::Error(e)) => {
-            return Err(Box::new(EngineError::Remote {
-                code: e.code,
-                message: e.message,
-            }))
-        }
-        Some(other) => {
-            return Err(Box::new(EngineError::Unexpected {
-                peer: addr.to_string(),
-                got: other.frame_type().name().to_string(),
-                state: "waiting for Accept".into(),
-            }))
-        }
-        None => {
-            return Err(Box::new(EngineError::Disconnected {
-                peer: addr.to_string(),
-                state: "waiting for Accept".into(),
-            }))
-        }
-    };
-    let key = est.join_key(&accept.session_secret);
-    let mut conns = Vec::new();
-    for i in 0..accept.streams() {
-        let s = TcpStream::connect(addr)
-            .map_err(|e| EngineError::io(format!("opening data connection {i} to {addr}"), e))?;
-        transport::tune(&s, true).map_err(|e| EngineError::io("configuring a socket", e))?;
-        let mut join = ClientJoin::new(&accept, &key, i).map_err(|e| EngineError::Handshake {
-            peer: addr.to_string(),
-            message: e.to_string(),
-        })?;
-        let mut out = Vec::new();
-        join.start(&mut out);
-        let mut w = FrameWriter::new(
-            s.try_clone()
-                .map_err(|e| EngineError::io("cloning a socket", e))?,
-        );
-        w.send_raw(&out)?;
-        let mut s = s;
-        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
-            .map_err(|e| EngineError::io("setting a timeout", e))?;
-        // Exactly the answer: on a pull, chunks may follow it at once.
-        let frame = transport::read_one_frame(&mut s, "joining")?.ok_or_else(|| {
-            EngineError::Disconnected {
-                peer: addr.to_string(),
-                state: "joining".into(),
-            }
-        })?;
-        if let Frame::Error(e) = &frame {
-            return Err(Box::new(EngineError::Remote {
-                code: e.code,
-                message: e.message.clone(),
-            }));
-        }
-        join.handle(&frame).map_err(|e| EngineError::Handshake {
-            peer: addr.to_string(),
-            message: e.to_string(),
-        })?;
-        s.set_read_timeout(None)
-            .map_err(|e| EngineError::io("clearing a timeout", e))?;
-        conns.push(s);
-    }
-    reader
-        .set_timeout(None)
-        .map_err(|e| EngineError::io("clearing a timeout", e))?;
+    let Opened {
+        reader,
+        writer,
+        accept,
+        data: conns,
+    } = session::open_session(addr, cfg.token.clone(), open)?;
     let control_stream = writer.stream_clone()?;
     let mut opts = cfg.opts.clone();
     opts.streams = accept.streams();

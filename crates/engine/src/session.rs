@@ -2,11 +2,13 @@
 //! drivers around `sluice-wire`'s state machines, and destination mapping.
 
 use crate::error::EngineError;
+use crate::transport;
 use crate::transport::{FrameReader, FrameWriter};
 use sluice_wire::{
-    ClientConfig, ClientHandshake, Established, Frame, HandshakeStatus, RelPath, ServerConfig,
-    ServerHandshake, Token,
+    Accept, ClientConfig, ClientHandshake, ClientJoin, Established, Frame, HandshakeStatus, Open,
+    RelPath, ServerConfig, ServerHandshake, Token,
 };
+use std::net::TcpStream;
 use std::time::Duration;
 
 /// How long the handshake and the joins may take.
@@ -170,6 +172,114 @@ pub fn source_start(raw: &str) -> Result<(Option<RelPath>, Option<RelPath>), Str
     }
     let name = RelPath::parse(rel.file_name()).map_err(|e| e.to_string())?;
     Ok((Some(rel), Some(name)))
+}
+
+/// A session opened by a client: the control connection, the daemon's `Accept`, and
+/// every data connection joined (in stream order).
+#[derive(Debug)]
+pub struct Opened {
+    /// The control connection's reading half.
+    pub reader: FrameReader,
+    /// The control connection's writing half.
+    pub writer: FrameWriter,
+    /// What the daemon accepted.
+    pub accept: Accept,
+    /// The data connections, joined.
+    pub data: Vec<TcpStream>,
+}
+
+/// Connects to `addr`, runs the handshake, sends `open`, and joins every data
+/// connection the daemon accepts (used by `cp` and by streams).
+///
+/// # Errors
+/// Connection, handshake, refusal (`Error` frame) or join failures.
+pub fn open_session(addr: &str, token: Option<Token>, open: Open) -> Result<Opened, EngineError> {
+    let stream = TcpStream::connect(addr)
+        .map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
+    transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
+    let mut writer = FrameWriter::new(
+        stream
+            .try_clone()
+            .map_err(|e| EngineError::io("cloning a socket", e))?,
+    );
+    let mut reader = FrameReader::new(stream);
+    reader
+        .set_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(|e| EngineError::io("setting a timeout", e))?;
+    let est = client_handshake(&mut reader, &mut writer, token)?;
+    writer.send(&Frame::Open(open))?;
+    let accept = match reader.next("waiting for Accept")? {
+        Some(Frame::Accept(a)) => a,
+        Some(Frame::Error(e)) => {
+            return Err(EngineError::Remote {
+                code: e.code,
+                message: e.message,
+            })
+        }
+        Some(other) => {
+            return Err(EngineError::Unexpected {
+                peer: addr.to_string(),
+                got: other.frame_type().name().to_string(),
+                state: "waiting for Accept".into(),
+            })
+        }
+        None => {
+            return Err(EngineError::Disconnected {
+                peer: addr.to_string(),
+                state: "waiting for Accept".into(),
+            })
+        }
+    };
+    let key = est.join_key(&accept.session_secret);
+    let mut conns = Vec::new();
+    for i in 0..accept.streams() {
+        let s = TcpStream::connect(addr)
+            .map_err(|e| EngineError::io(format!("opening data connection {i} to {addr}"), e))?;
+        transport::tune(&s, true).map_err(|e| EngineError::io("configuring a socket", e))?;
+        let mut join = ClientJoin::new(&accept, &key, i).map_err(|e| EngineError::Handshake {
+            peer: addr.to_string(),
+            message: e.to_string(),
+        })?;
+        let mut out = Vec::new();
+        join.start(&mut out);
+        let mut w = FrameWriter::new(
+            s.try_clone()
+                .map_err(|e| EngineError::io("cloning a socket", e))?,
+        );
+        w.send_raw(&out)?;
+        let mut s = s;
+        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+            .map_err(|e| EngineError::io("setting a timeout", e))?;
+        // Exactly the answer: on a pull, chunks may follow it at once.
+        let frame = transport::read_one_frame(&mut s, "joining")?.ok_or_else(|| {
+            EngineError::Disconnected {
+                peer: addr.to_string(),
+                state: "joining".into(),
+            }
+        })?;
+        if let Frame::Error(e) = &frame {
+            return Err(EngineError::Remote {
+                code: e.code,
+                message: e.message.clone(),
+            });
+        }
+        join.handle(&frame).map_err(|e| EngineError::Handshake {
+            peer: addr.to_string(),
+            message: e.to_string(),
+        })?;
+        s.set_read_timeout(None)
+            .map_err(|e| EngineError::io("clearing a timeout", e))?;
+        conns.push(s);
+    }
+    reader
+        .set_timeout(None)
+        .map_err(|e| EngineError::io("clearing a timeout", e))?;
+    Ok(Opened {
+        reader,
+        writer,
+        accept,
+        data: conns,
+    })
 }
 
 #[cfg(test)]

@@ -23,8 +23,8 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_wire::{
-    Accept, ChunkFlags, ChunkHeader, ClientJoin, Close, CloseReason, Compression, Direction,
-    ErrorCode, ErrorFrame, Frame, JoinTable, Open, OpenOptions, Token,
+    Accept, ChunkFlags, ChunkHeader, Close, CloseReason, Compression, Direction, ErrorCode,
+    ErrorFrame, Frame, JoinTable, Open, OpenOptions, Token,
 };
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -108,20 +108,7 @@ impl StreamSender {
                 runtime.chunk_bytes()
             )));
         }
-        let stream = TcpStream::connect(addr)
-            .map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
-        transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
-        let mut writer = FrameWriter::new(
-            stream
-                .try_clone()
-                .map_err(|e| EngineError::io("cloning a socket", e))?,
-        );
-        let mut reader = FrameReader::new(stream);
-        reader
-            .set_timeout(Some(HANDSHAKE_TIMEOUT))
-            .map_err(|e| EngineError::io("setting a timeout", e))?;
-        let est = session::client_handshake(&mut reader, &mut writer, opts.token.clone())?;
-        writer.send(&Frame::Open(Open {
+        let open = Open {
             direction: Direction::Push,
             path: String::new(),
             options: OpenOptions {
@@ -139,22 +126,14 @@ impl StreamSender {
                     Compression::Lz4
                 },
             },
-        }))?;
-        let accept = match reader.next("waiting for Accept")? {
-            Some(Frame::Accept(a)) => a,
-            Some(Frame::Error(e)) => {
-                return Err(EngineError::Remote {
-                    code: e.code,
-                    message: e.message,
-                })
-            }
-            _ => {
-                return Err(EngineError::Disconnected {
-                    peer: addr.to_string(),
-                    state: "waiting for Accept".into(),
-                })
-            }
         };
+        let session::Opened {
+            reader,
+            writer,
+            accept,
+            data,
+        } = session::open_session(addr, opts.token.clone(), open)?;
+        drop(reader);
         if accept.chunk_bytes < opts.record_bytes {
             return Err(EngineError::Config(format!(
                 "the receiver's slots hold {} bytes, less than a {}-byte record",
@@ -169,46 +148,17 @@ impl StreamSender {
                 3 * u32::from(accept.streams()) + 1
             )));
         }
-        let key = est.join_key(&accept.session_secret);
         let mut queues = Vec::new();
         let mut threads = Vec::new();
-        for i in 0..accept.streams() {
-            let s = TcpStream::connect(addr)
-                .map_err(|e| EngineError::io(format!("opening data connection {i}"), e))?;
-            transport::tune(&s, true).map_err(|e| EngineError::io("configuring a socket", e))?;
-            let mut join =
-                ClientJoin::new(&accept, &key, i).map_err(|e| EngineError::Handshake {
-                    peer: addr.to_string(),
-                    message: e.to_string(),
-                })?;
-            let mut out = Vec::new();
-            join.start(&mut out);
-            let mut w = FrameWriter::new(
-                s.try_clone()
-                    .map_err(|e| EngineError::io("cloning a socket", e))?,
-            );
-            w.send_raw(&out)?;
-            let mut r = FrameReader::new(s);
-            r.set_timeout(Some(HANDSHAKE_TIMEOUT))
-                .map_err(|e| EngineError::io("setting a timeout", e))?;
-            let frame = r
-                .next("joining")?
-                .ok_or_else(|| EngineError::Disconnected {
-                    peer: addr.to_string(),
-                    state: "joining".into(),
-                })?;
-            join.handle(&frame).map_err(|e| EngineError::Handshake {
-                peer: addr.to_string(),
-                message: e.to_string(),
-            })?;
-            let s = r.into_inner()?;
+        for (i, s) in data.into_iter().enumerate() {
+            let i = u32::try_from(i).unwrap_or(u32::MAX);
             let (tx, rx) = bounded::<Record>(QUEUE_RECORDS);
             queues.push(tx);
             let compress = opts.compress;
             let peer = addr.to_string();
             threads.push(
                 runtime
-                    .spawn(Role::NetSend, u32::from(i), move || {
+                    .spawn(Role::NetSend, i, move || {
                         send_loop(ChunkSender::new(s), rx, compress, &peer)
                     })
                     .map_err(|e| EngineError::io("starting a net-send thread", e))?,
