@@ -121,7 +121,8 @@ impl Daemon {
                 if let Err(e) = &result {
                     // One Error frame, then close: only if the session did not send it.
                     if !told.get() {
-                        let _ = writer.send(&ErrorFrame::new(e.code(), wire_message(e)));
+                        let msg = crate::sink::redact_root(&wire_message(e), &self.root);
+                        let _ = writer.send(&ErrorFrame::new(e.code(), msg));
                     }
                 }
                 result
@@ -379,6 +380,10 @@ pub(crate) fn run_role(
         spawn_reader(reader).map_err(|e| EngineError::io("starting the control reader", e))?;
     let (control, writer_thread) = spawn_writer(control_stream)
         .map_err(|e| EngineError::io("starting the control writer", e))?;
+    let root = match &role {
+        Role::Sink { root, .. } => Some(Arc::clone(root)),
+        Role::Source(specs) => specs.first().map(|s| Arc::clone(&s.root)),
+    };
     let wiring = Wiring {
         control: &control,
         events: &events,
@@ -398,7 +403,11 @@ pub(crate) fn run_role(
         }
     };
     if let Err(e) = &result {
-        control.send(Frame::Error(ErrorFrame::new(e.code(), e.to_string())));
+        let msg = match &root {
+            Some(r) => crate::sink::redact_root(&e.to_string(), r),
+            None => e.to_string(),
+        };
+        control.send(Frame::Error(ErrorFrame::new(e.code(), msg)));
     }
     drop(control);
     let _ = writer_thread.join();

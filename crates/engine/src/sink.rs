@@ -532,6 +532,15 @@ fn clobber(opts: &SessionOptions) -> Clobber {
 }
 
 /// Reports a file's end to the source and to the statistics; forgets it.
+/// `message` with this side's root directory replaced by `<root>`.
+pub(crate) fn redact_root(message: &str, root: &Root) -> String {
+    let path = root.path().display().to_string();
+    if path.is_empty() || path == "/" {
+        return message.to_string();
+    }
+    message.replace(&path, "<root>")
+}
+
 fn finish_entry(shared: &Shared, e: &Entry, result: Result<[u8; 16], String>) {
     shared.table.remove(e.entry.file_id);
     match result {
@@ -551,10 +560,11 @@ fn finish_entry(shared: &Shared, e: &Entry, result: Result<[u8; 16], String>) {
             } else {
                 ErrorCode::Io
             };
+            // The peer learns what failed, not where this side keeps its files.
             shared.control.send(Frame::FileFailed(FileFailed::new(
                 e.entry.file_id,
                 code,
-                message.clone(),
+                redact_root(&message, &shared.root),
             )));
             shared
                 .stats
