@@ -77,6 +77,8 @@ struct State {
     open_pack: Vec<Arc<SrcFile>>,
     open_pack_bytes: u64,
     closed: bool,
+    /// Files the sink gave up on while chunks of theirs were still queued here.
+    cancelled: std::collections::HashSet<u64>,
 }
 
 impl Default for State {
@@ -90,6 +92,7 @@ impl Default for State {
             open_pack: Vec::new(),
             open_pack_bytes: 0,
             closed: false,
+            cancelled: std::collections::HashSet::new(),
         }
     }
 }
@@ -268,13 +271,24 @@ impl Scheduler {
                 s.files.push_back(a);
             }
         }
-        let item = s.layout.next()?;
-        let (file, left) = s.pending.get_mut(&item.file_id)?;
-        let file = Arc::clone(file);
-        *left -= 1;
-        if *left == 0 {
-            s.pending.remove(&item.file_id);
-        }
+        let (item, file) = loop {
+            let item = s.layout.next()?;
+            let (file, left) = s.pending.get_mut(&item.file_id)?;
+            let file = Arc::clone(file);
+            *left -= 1;
+            let last = *left == 0;
+            if last {
+                s.pending.remove(&item.file_id);
+            }
+            if !s.cancelled.contains(&item.file_id) {
+                break (item, file);
+            }
+            // A cancelled file's chunk: not read; its target is free again.
+            s.layout.done(item.target);
+            if last {
+                s.cancelled.remove(&item.file_id);
+            }
+        };
         let index = item.offset / u64::from(self.chunk_bytes);
         Some(Work::Chunk {
             file,
@@ -283,6 +297,16 @@ impl Scheduler {
             len: item.len,
             target: Some(item.target.0),
         })
+    }
+
+    /// The sink failed `file_id`: its chunks not yet handed out are dropped (those
+    /// already pending in the layout scheduler are skipped as they come up).
+    pub fn cancel(&self, file_id: u64) {
+        let mut s = self.lock();
+        s.files.retain(|a| a.file.id != file_id);
+        if s.pending.contains_key(&file_id) {
+            s.cancelled.insert(file_id);
+        }
     }
 
     /// A chunk read from `target` has finished.
@@ -405,6 +429,36 @@ mod tests {
             got.iter().find(|g| g.0 == 1 && g.1 == 9).unwrap().2,
             MIB - 5
         );
+    }
+
+    #[test]
+    fn a_cancelled_file_hands_out_no_more_chunks() {
+        let s = Scheduler::new(MIB, 0);
+        s.add(file(1, 40 * u64::from(MIB), stripes(2)), None);
+        s.add(file(2, 2 * u64::from(MIB), stripes(2)), None);
+        let Some(Work::Chunk {
+            file: first,
+            target,
+            ..
+        }) = take(&s)
+        else {
+            panic!("a chunk")
+        };
+        s.done(target.unwrap());
+        s.cancel(first.id);
+        s.close();
+        let mut rest = Vec::new();
+        while let Some(w) = take(&s) {
+            if let Work::Chunk { file, target, .. } = w {
+                rest.push(file.id);
+                s.done(target.unwrap());
+            }
+        }
+        assert!(
+            !rest.contains(&first.id),
+            "chunks of the cancelled file: {rest:?}"
+        );
+        assert!(!rest.is_empty(), "the other file still travels");
     }
 
     #[test]

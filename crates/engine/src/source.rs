@@ -769,6 +769,8 @@ fn handle_event(
             }
         }
         Frame::FileFailed(f) => {
+            // The sink gave the file up: read and send none of the rest of it.
+            sched.cancel(f.file_id);
             if let Some((_, entry)) = pending.remove(&f.file_id) {
                 stats.file_done(
                     &entry,
