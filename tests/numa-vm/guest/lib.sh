@@ -55,3 +55,77 @@ vm_distance() {
   done
   return 1
 }
+
+# vm_expand_cpus LIST: a kernel CPU list in full, 0-1,4 -> 0,1,4
+vm_expand_cpus() {
+  _out=""
+  for _item in $(echo "$1" | tr ',' ' '); do
+    case $_item in
+      *-*) _item=$(seq -s, "${_item%-*}" "${_item#*-}") ;;
+    esac
+    _out="$_out,$_item"
+  done
+  echo "${_out#,}"
+}
+
+# vm_check_topo TOPO_JSON: compare `sluice topo --json` (saved in TOPO_JSON) with the shape:
+# node count, each node's CPUs and distances, the node of every NIC (found by MAC) and disk
+# (found by serial). Prints one "ok"/"FAIL" line per fact; needs jq. Sets VM_TOPO_FAILS (the
+# number of mismatches), VM_NIC_NAMES and VM_NIC_NODES (interfaces and their nodes, shape order).
+vm_check_topo() {
+  VM_TOPO_FAILS=0
+  VM_NIC_NAMES=""
+  VM_NIC_NODES=""
+  _vm_check "topo: nodes" "$(jq '.nodes | length' "$1")" "$SLUICE_VM_NODES"
+  _n=0
+  while [ "$_n" -lt "$SLUICE_VM_NODES" ]; do
+    _vm_check "topo: node$_n cpus" \
+      "$(jq -r --argjson n "$_n" '.nodes[] | select(.os_index == $n) | .cpus | join(",")' "$1")" \
+      "$(vm_expand_cpus "$(vm_node_cpus "$_n")")"
+    _want=""
+    _m=0
+    while [ "$_m" -lt "$SLUICE_VM_NODES" ]; do
+      _want="$_want $(vm_distance "$_n" "$_m")"
+      _m=$((_m + 1))
+    done
+    _vm_check "topo: node$_n distances" \
+      "$(jq -r --argjson n "$_n" '.nodes[] | select(.os_index == $n) | .distances | join(" ")' "$1")" \
+      "${_want# }"
+    _n=$((_n + 1))
+  done
+  for _nic in $SLUICE_VM_NICS; do
+    _mac=${_nic%%,*}
+    _rest=${_nic#*,}
+    _node=${_rest%%,*}
+    if _if=$(vm_nic_by_mac "$_mac"); then
+      _vm_check "topo: NIC $_if ($_mac) node" \
+        "$(jq -r --arg i "$_if" '.nics[] | select(.name == $i) | .numa_node' "$1")" "$_node"
+      VM_NIC_NAMES="$VM_NIC_NAMES $_if"
+      VM_NIC_NODES="$VM_NIC_NODES $_node"
+    else
+      echo "FAIL NIC $_mac: no interface with this MAC"
+      VM_TOPO_FAILS=$((VM_TOPO_FAILS + 1))
+    fi
+  done
+  for _disk in $SLUICE_VM_DISKS; do
+    _serial=${_disk%%,*}
+    _node=${_disk#*,}
+    if _dev=$(vm_disk_by_serial "$_serial"); then
+      _vm_check "topo: disk $_dev ($_serial) node" \
+        "$(jq -r --arg d "$_dev" '.block_devices[] | select(.name == $d) | .numa_node' "$1")" "$_node"
+    else
+      echo "FAIL disk $_serial: no block device with this serial"
+      VM_TOPO_FAILS=$((VM_TOPO_FAILS + 1))
+    fi
+  done
+  VM_NIC_NAMES=${VM_NIC_NAMES# }
+  VM_NIC_NODES=${VM_NIC_NODES# }
+}
+_vm_check() { # WHAT GOT WANT
+  if [ "$2" = "$3" ]; then
+    echo "ok   $1: $2"
+  else
+    echo "FAIL $1: got '$2', want '$3'"
+    VM_TOPO_FAILS=$((VM_TOPO_FAILS + 1))
+  fi
+}

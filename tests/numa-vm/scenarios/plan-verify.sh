@@ -37,18 +37,6 @@ echo 0 >/proc/sys/kernel/numa_balancing
 echo "shape $SLUICE_VM_SHAPE: $SLUICE_VM_NODES nodes, CPUs $SLUICE_VM_NODE_CPUS," \
   "numa_balancing=$(cat /proc/sys/kernel/numa_balancing)"
 
-# expand 0-1,4 -> 0,1,4
-expand() {
-  _out=""
-  for _item in $(echo "$1" | tr ',' ' '); do
-    case $_item in
-      *-*) _item=$(seq -s, "${_item%-*}" "${_item#*-}") ;;
-    esac
-    _out="$_out,$_item"
-  done
-  echo "${_out#,}"
-}
-
 # --- sluice topo --------------------------------------------------------------------
 work=/tmp/plan-verify
 mkdir -p "$work"
@@ -58,52 +46,11 @@ if ! sluice topo --json >"$topo"; then
   echo "FAIL sluice topo --json exited $?"
   exit 1
 fi
-check "topo: nodes" "$(jq '.nodes | length' "$topo")" "$SLUICE_VM_NODES"
-n=0
-while [ "$n" -lt "$SLUICE_VM_NODES" ]; do
-  check "topo: node$n cpus" \
-    "$(jq -r --argjson n "$n" '.nodes[] | select(.os_index == $n) | .cpus | join(",")' "$topo")" \
-    "$(expand "$(vm_node_cpus "$n")")"
-  want=""
-  m=0
-  while [ "$m" -lt "$SLUICE_VM_NODES" ]; do
-    want="$want $(vm_distance "$n" "$m")"
-    m=$((m + 1))
-  done
-  check "topo: node$n distances" \
-    "$(jq -r --argjson n "$n" '.nodes[] | select(.os_index == $n) | .distances | join(" ")' "$topo")" \
-    "${want# }"
-  n=$((n + 1))
-done
-
-nic_names=""
-nic_nodes=""
-for nic in $SLUICE_VM_NICS; do
-  mac=${nic%%,*}
-  rest=${nic#*,}
-  node=${rest%%,*}
-  if ifname=$(vm_nic_by_mac "$mac"); then
-    check "topo: NIC $ifname ($mac) node" \
-      "$(jq -r --arg i "$ifname" '.nics[] | select(.name == $i) | .numa_node' "$topo")" "$node"
-    nic_names="$nic_names $ifname"
-    nic_nodes="$nic_nodes $node"
-  else
-    echo "FAIL NIC $mac: no interface with this MAC"
-    fails=$((fails + 1))
-  fi
-done
-for disk in $SLUICE_VM_DISKS; do
-  serial=${disk%%,*}
-  node=${disk#*,}
-  if dev=$(vm_disk_by_serial "$serial"); then
-    check "topo: disk $dev ($serial) node" \
-      "$(jq -r --arg d "$dev" '.block_devices[] | select(.name == $d) | .numa_node' "$topo")" "$node"
-  else
-    echo "FAIL disk $serial: no block device with this serial"
-    fails=$((fails + 1))
-  fi
-done
-nic_nodes_json="[$(echo "${nic_nodes# }" | tr ' ' ',')]"
+vm_check_topo "$topo"
+fails=$((fails + VM_TOPO_FAILS))
+nic_names=$VM_NIC_NAMES
+nic_nodes=$VM_NIC_NODES
+nic_nodes_json="[$(echo "$nic_nodes" | tr ' ' ',')]"
 
 # --- sluice plan --apply --verify ---------------------------------------------------
 # Few CPUs in the guest: one stream and one I/O thread per direction, a small buffer (the
