@@ -71,6 +71,24 @@ pub enum ControlEvent {
     Failed(EngineError),
 }
 
+impl ControlEvent {
+    /// The frame, or the error that ended the control connection while this side was
+    /// `state` (talking to `peer`).
+    ///
+    /// # Errors
+    /// The connection closed or failed.
+    pub fn into_frame(self, peer: &str, state: &str) -> Result<Frame, EngineError> {
+        match self {
+            ControlEvent::Frame(f) => Ok(f),
+            ControlEvent::Closed => Err(EngineError::Disconnected {
+                peer: peer.to_string(),
+                state: state.to_string(),
+            }),
+            ControlEvent::Failed(e) => Err(e),
+        }
+    }
+}
+
 /// Starts the reader thread; its events arrive on the returned receiver.
 pub fn spawn_reader(mut reader: FrameReader) -> std::io::Result<Receiver<ControlEvent>> {
     let (tx, rx) = bounded(CONTROL_QUEUE_FRAMES);

@@ -197,15 +197,7 @@ pub fn open_session(addr: &str, token: Option<Token>, open: Open) -> Result<Open
     let stream = TcpStream::connect(addr)
         .map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
     transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
-    let mut writer = FrameWriter::new(
-        stream
-            .try_clone()
-            .map_err(|e| EngineError::io("cloning a socket", e))?,
-    );
-    let mut reader = FrameReader::new(stream);
-    reader
-        .set_timeout(Some(HANDSHAKE_TIMEOUT))
-        .map_err(|e| EngineError::io("setting a timeout", e))?;
+    let (mut reader, mut writer) = transport::control_halves(stream)?;
     let est = client_handshake(&mut reader, &mut writer, token)?;
     writer.send(&Frame::Open(open))?;
     let accept = match reader.next("waiting for Accept")? {

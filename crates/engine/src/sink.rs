@@ -589,16 +589,7 @@ fn master(shared: &Arc<Shared>, events: &Receiver<ControlEvent>) -> Result<(), E
             peer: "source".into(),
             state: "receiving files".into(),
         })?;
-        let frame = match ev {
-            ControlEvent::Frame(f) => f,
-            ControlEvent::Closed => {
-                return Err(EngineError::Disconnected {
-                    peer: "source".into(),
-                    state: "receiving files".into(),
-                })
-            }
-            ControlEvent::Failed(e) => return Err(e),
-        };
+        let frame = ev.into_frame("source", "receiving files")?;
         match frame {
             Frame::Manifest(m) => {
                 for entry in m.entries {

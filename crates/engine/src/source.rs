@@ -704,16 +704,7 @@ fn handle_event(
     sched: &Scheduler,
     stats: &Stats,
 ) -> Result<(), EngineError> {
-    let frame = match ev {
-        ControlEvent::Frame(f) => f,
-        ControlEvent::Closed => {
-            return Err(EngineError::Disconnected {
-                peer: "sink".into(),
-                state: "sending files".into(),
-            })
-        }
-        ControlEvent::Failed(e) => return Err(e),
-    };
+    let frame = ev.into_frame("sink", "sending files")?;
     match frame {
         Frame::Have(have) => {
             let Some((spec, entry)) = pending.get(&have.file_id).cloned() else {

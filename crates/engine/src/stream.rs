@@ -367,15 +367,7 @@ pub fn receive_to(
         .accept()
         .map_err(|e| EngineError::io("accepting the sender", e))?;
     let _ = transport::tune(&stream, false);
-    let mut writer = FrameWriter::new(
-        stream
-            .try_clone()
-            .map_err(|e| EngineError::io("cloning a socket", e))?,
-    );
-    let mut reader = FrameReader::new(stream);
-    reader
-        .set_timeout(Some(HANDSHAKE_TIMEOUT))
-        .map_err(|e| EngineError::io("setting a timeout", e))?;
+    let (mut reader, mut writer) = transport::control_halves(stream)?;
     let hello = reader
         .next("waiting for Hello")?
         .ok_or_else(|| EngineError::Disconnected {

@@ -79,6 +79,24 @@ pub fn read_one_frame(stream: &mut TcpStream, state: &str) -> Result<Option<Fram
     Ok(Some(frame))
 }
 
+/// Splits a fresh control connection into its reading half (with the handshake
+/// timeout) and its writing half.
+///
+/// # Errors
+/// The socket could not be duplicated or configured.
+pub fn control_halves(stream: TcpStream) -> Result<(FrameReader, FrameWriter), EngineError> {
+    let writer = FrameWriter::new(
+        stream
+            .try_clone()
+            .map_err(|e| EngineError::io("cloning a socket", e))?,
+    );
+    let reader = FrameReader::new(stream);
+    reader
+        .set_timeout(Some(crate::session::HANDSHAKE_TIMEOUT))
+        .map_err(|e| EngineError::io("setting a timeout", e))?;
+    Ok((reader, writer))
+}
+
 /// Reads control frames from a connection.
 #[derive(Debug)]
 pub struct FrameReader {
