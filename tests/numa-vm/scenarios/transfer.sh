@@ -470,18 +470,14 @@ analyze() {
   fi
 }
 
-# tree_cmp A B: every file of A is in B with the same bytes
+# tree_cmp A B WHAT: B holds the same files as A, byte for byte (one busybox diff -r)
 tree_cmp() {
-  _bad=$(cd "$1" && find . -type f | while IFS= read -r _f; do
-    cmp -s "$1/$_f" "$2/$_f" || echo "$_f"
-  done)
   _na=$(find "$1" -type f | wc -l)
-  _nb=$(find "$2" -type f | wc -l)
-  if [ -z "$_bad" ] && [ "$_na" -eq "$_nb" ]; then
+  if _diff=$(diff -r -q "$1" "$2" 2>&1); then
     echo "ok   $3: $_na files byte-identical ($1 -> $2)"
     return 0
   fi
-  echo "FAIL $3: $_na files in $1, $_nb in $2, differing: $(echo "$_bad" | head -n 5 | tr '\n' ' ')"
+  echo "FAIL $3: $1 and $2 differ: $(echo "$_diff" | head -n 5 | tr '\n' ' ')"
   return 1
 }
 
@@ -617,10 +613,12 @@ scenario() {
   wait "$dpid" 2>/dev/null
 
   pools_of "$dir/daemon.err" "$dpid" >"$dir/daemon.pools"
+  t_an=$(uptime_s)
   analyze daemon "$dir/daemon.json" "$dir/daemon.pools" "$dir/daemon.raw" "$dir/daemon"
   [ -s "$dir/push.json" ] && analyze "client push" "$dir/push.json" "$dir/push.pools" "$dir/push.raw" "$dir/push"
   [ -s "$dir/pull.json" ] && analyze "client pull" "$dir/pull.json" "$dir/pull.pools" "$dir/pull.raw" "$dir/pull"
 
+  echo "analysis took $(($(uptime_s) - t_an)) s"
   secs=$(($(uptime_s) - t_scen))
   {
     echo "### $SLUICE_VM_SHAPE / $name: --policy $policy $place_d"
