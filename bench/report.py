@@ -318,8 +318,11 @@ def targets(agg, wl, meta):
     for w in ("big", "many"):
         s = get(agg, "transfer", "lo", w, "sluice")
         cp = ok_thr(get(agg, "transfer", "local", w, "cp"))
-        if not s or s["status"] != "ok":
-            lines.append(f"- **FAIL** big files ({w}) ≥ 0.8 × min(iperf3, local cp): sluice {s['status'] if s else 'not run'}")
+        if not s:
+            lines.append(f"- **NOT RUN** big files ({w}) ≥ 0.8 × min(iperf3, local cp)")
+            continue
+        if s["status"] != "ok":
+            lines.append(f"- **FAIL** big files ({w}) ≥ 0.8 × min(iperf3, local cp): sluice {s['status']}: {short(s['note'], 200)}")
             continue
         ceil = min(x for x in (lo_iperf, cp) if x) if (lo_iperf or cp) else None
         if not ceil:
@@ -334,8 +337,8 @@ def targets(agg, wl, meta):
         s = get(agg, sec, path, w, "sluice")
         tt = get(agg, sec, "local", w, "tar-tar")
         if not s:
-            if w == "million":
-                lines.append("- **NOT RUN** 1,000,000-file tree ≥ 0.7 × local tar | tar (run with --million)")
+            lines.append(f"- **NOT RUN** small-file tree ({w}) ≥ 0.7 × local tar | tar"
+                         + (" (run with --million)" if w == "million" else ""))
             continue
         if s["status"] != "ok" or not ok_thr(tt):
             lines.append(f"- **FAIL** small-file tree ({w}) ≥ 0.7 × local tar | tar: sluice {s['status']}"
@@ -348,8 +351,11 @@ def targets(agg, wl, meta):
         s = get(agg, "transfer", "lo", w, "sluice")
         g = get(agg, "transfer", "lo", w, "gridftp")
         what = "small-file tree" if w == "tree" else "big files"
-        if not s or s["status"] != "ok":
-            lines.append(f"- **FAIL** sluice ≥ {need}× GridFTP ({what}, {w}): sluice {s['status'] if s else 'not run'}")
+        if not s:
+            lines.append(f"- **NOT RUN** sluice ≥ {need}× GridFTP ({what}, {w})")
+            continue
+        if s["status"] != "ok":
+            lines.append(f"- **FAIL** sluice ≥ {need}× GridFTP ({what}, {w}): sluice {s['status']}: {short(s['note'], 200)}")
             continue
         if not g or g["status"] == "SKIPPED":
             lines.append(f"- **NOT EVALUATED** sluice ≥ {need}× GridFTP ({what}, {w}): GridFTP {g['status'] if g else 'not run'} {short(g['note'] if g else '', 80)}")
@@ -422,6 +428,13 @@ def transfer_tables(agg, wl):
         lines += md_table(["tool", "flags", "path", "status", "runs", "time s", "MB/s", "CPU s", "peak RSS MiB cli / srv",
                            "ratio", "note"], rows)
         lines.append("")
+        if sl_thr:
+            ahead = [f"{TOOL_LABEL.get(s['key'][3], s['key'][3])} {s['thr'] / sl_thr:.2f}×" for s in items
+                     if s["status"] == "ok" and s["key"][3] != "sluice" and s["thr"] > sl_thr]
+            wrong = [TOOL_LABEL.get(s["key"][3], s["key"][3]) for s in items if s["status"] == "FAILED" and s["key"][3] != "sluice"]
+            lines.append(f"Faster than sluice here: {', '.join(ahead) if ahead else 'nothing'}."
+                         + (f" Wrong output (not timed): {', '.join(wrong)}." if wrong else ""))
+            lines.append("")
     return lines
 
 
@@ -440,8 +453,10 @@ def main():
              f"{meta.get('memory', '?')}, kernel {meta.get('kernel', '?')}. sluice `{meta.get('sluice', '?')}` at "
              f"`{meta.get('git', '?')}`, flags `{meta.get('sluice_flags', '')}`. "
              f"Load average at start {meta.get('load_start', '?')}, at end {meta.get('load_end', '?')}. "
-             f"Whole run {float(meta.get('seconds_total', 0)) / 60:.1f} min (setup and data generation "
-             f"{float(meta.get('seconds_setup', 0)) / 60:.1f} min).")
+             f"Whole run {float(meta.get('seconds_total', 0)) / 60:.1f} min: setup and data generation "
+             f"{float(meta.get('seconds_setup', 0) or 0) / 60:.1f}, loopback {float(meta.get('seconds_loopback', 0) or 0) / 60:.1f}, "
+             f"paths {float(meta.get('seconds_paths', 0) or 0) / 60:.1f}, sweep {float(meta.get('seconds_sweep', 0) or 0) / 60:.1f}, "
+             f"1,000,000 files {float(meta.get('seconds_million', 0) or 0) / 60:.1f} min.")
     L.append("")
     L.append("Absolute numbers drift ±25 % on these shared 2-core machines: **the ratios inside one run are the point.** "
              f"Each case is the median of {meta.get('reps', '?')} runs (sluice, GridFTP and the local ceilings) or "

@@ -7,9 +7,8 @@
 #   --quick            tiny data, one run per case, peers that cannot be installed are
 #                      skipped with a note (under 5 minutes; CI keeps the harness alive)
 #   --out DIR          results folder (default bench/runs/<date>-<host>[-quick])
-#   --work DIR         scratch: generated data (kept; data/ and data-quick/), destinations,
-#                      servers' files
-#                      (default bench/work, ignored by git)
+#   --work DIR         scratch: generated data (kept, in data/ and data-quick/),
+#                      destinations, servers' files (default bench/work, ignored by git)
 #   --reps N           timed runs per case, median reported (default 3; quick 1)
 #   --peer-reps N      runs per case for the slower peers (default 1; quick 1): sluice,
 #                      GridFTP and the local ceilings always get --reps
@@ -144,6 +143,8 @@ main() {
     T_MEASURE=$(now)
 
     # ---- ceilings: memory, then the loopback network (namespaced loopback when root)
+    local t_sec
+    t_sec=$(now)
     run_memory_ceilings
     path_setup lo
     IPERF_SECS=$((QUICK ? 2 : 5))
@@ -166,6 +167,7 @@ main() {
         for t in gridftp-3pt xrdcp rsyncd rsync-ssh scp tar-nc; do run_transfer transfer "$w" "$t" "$PEER_REPS"; done
     done
 
+    SEC_LOOPBACK=$(fsub "$(now)" "$t_sec") t_sec=$(now)
     # ---- paths: namespaces joined by one or two veth pairs, with and without tbf
     if [ "$DO_PATHS" = 1 ] && netns_available; then
         for p in $PATHS; do
@@ -174,10 +176,8 @@ main() {
             run_iperf "$PEER_STREAMS" "$IPERF_SECS"
             run_transfer path path-big sluice "$REPS"
             run_transfer path path-big gridftp "$REPS"
-            if [ "$p" = veth1 ] || [ "$p" = veth2 ]; then
-                run_transfer path tree sluice "$REPS"
-                run_transfer path tree rsyncd "$PEER_REPS"
-            fi
+            # small files on two links: does sluice spread them?
+            [ "$p" = veth2 ] && run_transfer path tree sluice "$REPS"
             if [ "$p" = veth1-tbf1g ]; then
                 run_transfer path tomo sluice "$REPS"
                 SLUICE_CLI_EXTRA="--compress-threads 1" SLUICE_SRV_EXTRA="--decompress-threads 1"
@@ -187,12 +187,14 @@ main() {
         done
     fi
 
+    SEC_PATHS=$(fsub "$(now)" "$t_sec") t_sec=$(now)
     # ---- placement sweep (seed 000 figure 1; seed 001 configurations A-H), in /dev/shm
     if [ "$DO_SWEEP" = 1 ]; then
         if sweep_prepare; then run_sweep "$REPS"; else note "sweep data could not be made in /dev/shm"; fi
         rm -rf "$SHM"
     fi
 
+    SEC_SWEEP=$(fsub "$(now)" "$t_sec") t_sec=$(now)
     # ---- the 1,000,000-file tree: time and, above all, the peak RSS of daemon and client
     if [ "$MILLION" = 1 ]; then
         path_setup lo
@@ -202,6 +204,7 @@ main() {
         note "1,000,000-file tree not run ($([ "$QUICK" = 1 ] && echo "quick mode" || echo "pass --million; it adds about 4 minutes"))"
     fi
 
+    SEC_MILLION=$(fsub "$(now)" "$t_sec")
     # ---- the folder: meta, workloads, report
     T_END=$(now)
     {
@@ -227,6 +230,10 @@ main() {
         echo "drop_caches=$(is_root && echo yes || echo no)"
         echo "seconds_total=$(fsub "$T_END" "$T_START")"
         echo "seconds_setup=$(fsub "$T_MEASURE" "$T_START")"
+        echo "seconds_loopback=$SEC_LOOPBACK"
+        echo "seconds_paths=$SEC_PATHS"
+        echo "seconds_sweep=$SEC_SWEEP"
+        echo "seconds_million=$SEC_MILLION"
     } >"$OUT/meta.env"
     {
         echo "workload,kind,files,bytes,description"
