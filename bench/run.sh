@@ -121,6 +121,9 @@ main() {
     fi
     mkdir -p "$RUNTMP/bin" && cp "$SLUICE_SRC" "$RUNTMP/bin/sluice" && SLUICE=$RUNTMP/bin/sluice
     SLUICE_VERSION=$("$SLUICE" --version 2>/dev/null)
+    # compression on the wire: `--compress CODEC` where this sluice has it, else threads only
+    COMPRESS_FLAG=0
+    "$SLUICE" cp --help 2>/dev/null | grep -q -- '--compress <CODEC>' && COMPRESS_FLAG=1
     GIT_REV=$(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)
     GIT_DIRTY=$(cd "$REPO" && git status --porcelain -- crates Cargo.lock 2>/dev/null | grep -c .)
     [ "$GIT_DIRTY" = 0 ] && GIT_DIRTY=""
@@ -156,10 +159,9 @@ main() {
         [ -f "$DATA/.$w.ok" ] || continue
         for t in cp tar-tar sluice; do run_transfer transfer "$w" "$t" "$REPS"; done
         case $w in
-            tomo | tree-tar)  # compressible: sluice with one lz4 thread on each side as well
-                SLUICE_CLI_EXTRA="--compress-threads 1" SLUICE_SRV_EXTRA="--decompress-threads 1"
-                run_transfer transfer "$w" sluice "$REPS" "lz4"
-                SLUICE_CLI_EXTRA="" SLUICE_SRV_EXTRA=""
+            tomo | tree-tar)  # compressible: sluice with compression on the wire as well
+                run_sluice_variant transfer "$w" lz4
+                [ "$w" = tomo ] && run_sluice_variant transfer "$w" auto
                 ;;
         esac
         case " $PEER_WORKLOADS " in *" $w "*) ;; *) continue ;; esac
@@ -178,11 +180,10 @@ main() {
             run_transfer path path-big gridftp "$REPS"
             # small files on two links: does sluice spread them?
             [ "$p" = veth2 ] && run_transfer path tree sluice "$REPS"
-            if [ "$p" = veth1-tbf1g ]; then
+            if [ "$p" = veth1-tbf1g ]; then  # where compression should pay
                 run_transfer path tomo sluice "$REPS"
-                SLUICE_CLI_EXTRA="--compress-threads 1" SLUICE_SRV_EXTRA="--decompress-threads 1"
-                run_transfer path tomo sluice "$REPS" lz4
-                SLUICE_CLI_EXTRA="" SLUICE_SRV_EXTRA=""
+                run_sluice_variant path tomo lz4
+                run_sluice_variant path tomo auto
             fi
         done
     fi

@@ -127,6 +127,20 @@ run_transfer() {
     done
 }
 
+# run_sluice_variant SECTION WORKLOAD lz4|auto: sluice with compression on the wire.
+run_sluice_variant() {
+    local section=$1 wl=$2 v=$3
+    if [ "$COMPRESS_FLAG" = 1 ]; then
+        SLUICE_CLI_EXTRA="--compress $v" SLUICE_SRV_EXTRA=""
+    elif [ "$v" = lz4 ]; then
+        SLUICE_CLI_EXTRA="--compress-threads 1" SLUICE_SRV_EXTRA="--decompress-threads 1"
+    else
+        return 0  # this sluice has no --compress auto
+    fi
+    run_transfer "$section" "$wl" sluice "$REPS" "$v"
+    SLUICE_CLI_EXTRA="" SLUICE_SRV_EXTRA=""
+}
+
 # iperf3 over the current path: STREAMS streams (on each link when the path has two).
 run_iperf() {
     local streams=$1 secs=$2 i pids=() total=0 port hosts=("$SRV_HOST")
@@ -207,17 +221,18 @@ run_sweep() {
             done
         done
     done
-    local c spec msg
+    local c spec msg cz=""
+    [ "$COMPRESS_FLAG" = 1 ] && cz=" --compress lz4"
     for c in $PLACE_AH; do
         spec=${c#*=}
         msg=$(_place_check --compress-threads 1 --place "compress=$spec")
-        SLUICE_CLI_EXTRA="--compress-threads 1 --place compress=$spec" SLUICE_SRV_EXTRA="--decompress-threads 1"
+        SLUICE_CLI_EXTRA="--compress-threads 1 --place compress=$spec$cz" SLUICE_SRV_EXTRA="--decompress-threads 1"
         _sweep_place "compress ${c%%=*}" "$msg" "$reps"
     done
     for c in $PLACE_AH; do
         spec=${c#*=}
         msg=$(_place_check --decompress-threads 1 --place "decompress=$spec")
-        SLUICE_CLI_EXTRA="--compress-threads 1" SLUICE_SRV_EXTRA="--decompress-threads 1 --place decompress=$spec"
+        SLUICE_CLI_EXTRA="--compress-threads 1$cz" SLUICE_SRV_EXTRA="--decompress-threads 1 --place decompress=$spec"
         _sweep_place "decompress ${c%%=*}" "$msg" "$reps"
     done
     for c in $PLACE_NET; do
