@@ -14,7 +14,8 @@
 # Prints each scenario's tables and a summary; the tables, results.tsv and console output of
 # each shape land in DIR/<shape>/ (default .numa-vm/transfer/<date>). Exit status: 0 when every
 # scenario of every shape passed; otherwise the first failing shape's run.sh status (1: a
-# scenario failed; 124: the VM ran past --timeout; 125: the harness failed); 2 on a usage error.
+# scenario failed; 124: the VM ran past --timeout; 125: the harness failed); 1 when
+# `cargo build` fails; 2 on a usage error.
 # Everything it needs comes from Debian packages (run.sh installs QEMU, busybox, cpio, hwloc,
 # the kernel; this script installs jq, which is copied into the guest).
 set -euo pipefail
@@ -101,7 +102,11 @@ JQ=$(command -v jq) || die "jq still missing"
 if [[ $BUILD -eq 1 ]]; then
   note "cargo build --release -p sluice"
   t0=$SECONDS
-  (cd "$REPO" && cargo build --release -p sluice) || die "cargo build --release -p sluice failed"
+  # a build failure is sluice's failure, not the harness's: exit 1, not 125
+  if ! (cd "$REPO" && cargo build --release -p sluice); then
+    echo "$PROG: error: cargo build --release -p sluice failed" >&2
+    exit 1
+  fi
   note "built in $((SECONDS - t0)) s"
 fi
 [[ -x $BIN ]] || die "no sluice binary at $BIN (build it: cargo build --release -p sluice)"
