@@ -15,6 +15,7 @@ use crate::stats::Stats;
 use crate::transport::{self, ChunkReceiver, ChunkSender, FrameReader, FrameWriter};
 use crate::SessionOptions;
 use crossbeam_channel::{bounded, Sender};
+use sluice_placement::Role as PlanRole;
 use sluice_wire::{Accept, Direction, ErrorCode, ErrorFrame, Frame, JoinTable, Token, MAX_STREAMS};
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
@@ -376,6 +377,9 @@ pub(crate) fn run_role(
         control_stream,
         data: conns,
     } = conns;
+    // This thread is the session's master (seed 000's MT): it and the control-plane
+    // threads it starts (reader, writer, scanner) run where the plan puts control 0.
+    runtime.pin_current(PlanRole::Control, 0);
     let events =
         spawn_reader(reader).map_err(|e| EngineError::io("starting the control reader", e))?;
     let (control, writer_thread) = spawn_writer(control_stream)

@@ -124,6 +124,22 @@ impl Runtime {
         (ch.id, Arc::clone(&ch.pool))
     }
 
+    /// Pins the calling thread where the plan puts thread `index` of `role` (or gives it
+    /// the whole allowed set when the plan leaves it unbound). Threads it spawns inherit
+    /// the mask. A failure is logged; the thread runs on.
+    pub fn pin_current(&self, role: Role, index: u32) {
+        let cpus = self
+            .thread_plan(role, index)
+            .and_then(|(_, t)| t.cpus.clone())
+            .unwrap_or_else(|| self.allowed_cpus.clone());
+        if cpus.is_empty() {
+            return;
+        }
+        if let Err(e) = sluice_affinity::bind_current_thread(&cpus) {
+            tracing::warn!("cannot pin {role} {index} to CPUs {cpus:?}: {e}; running unbound");
+        }
+    }
+
     /// Spawns a named thread pinned where the plan puts thread `index` of `role`
     /// (unbound when the plan leaves it to the OS). A binding failure is logged and the
     /// thread runs unbound: a transfer never fails because a pin could not be applied.

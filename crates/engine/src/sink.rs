@@ -197,9 +197,16 @@ pub fn run(
     for (i, mut conn) in conns.into_iter().enumerate() {
         let i = u32::try_from(i).unwrap_or(u32::MAX);
         let (channel, pool) = runtime.pool_for(Role::NetRecv, i);
+        // A channel without io-write threads of its own hands its chunks to every
+        // channel's writers, connection by connection.
         let queue = queues
             .get(&channel)
-            .or_else(|| queues.values().next())
+            .or_else(|| {
+                let mut ids: Vec<&u32> = queues.keys().collect();
+                ids.sort_unstable();
+                ids.get(i as usize % ids.len().max(1))
+                    .and_then(|id| queues.get(*id))
+            })
             .map(|(tx, _)| tx.clone());
         let shared = Arc::clone(&shared);
         threads.push(

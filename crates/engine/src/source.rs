@@ -167,9 +167,16 @@ pub fn run(
             .get(&channel)
             .cloned()
             .unwrap_or_else(|| all.clone());
+        // A channel without net-send threads of its own (mts/nmts put I/O on nodes with
+        // no NIC) spreads its chunks over every channel's senders, reader by reader.
         let queue = queues
             .get(&channel)
-            .or_else(|| queues.values().next())
+            .or_else(|| {
+                let mut ids: Vec<&u32> = queues.keys().collect();
+                ids.sort_unstable();
+                ids.get(r as usize % ids.len().max(1))
+                    .and_then(|id| queues.get(*id))
+            })
             .map(|(tx, _)| tx.clone());
         let direct = opts.direct;
         let compress = opts.compress;
