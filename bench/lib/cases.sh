@@ -16,6 +16,7 @@ _keep_sluice_json() { # CASE-ID-JSON
 import json, sys
 d = json.load(open(sys.argv[1]))
 d.pop("file_report", None)
+d.get("plan", {}).pop("explain", None)  # kept small: the plan itself and its notes stay
 case = json.loads(sys.argv[2])
 print(json.dumps({"case": case, "summary": d}, separators=(",", ":")))
 EOF
