@@ -184,7 +184,8 @@ EOF
             cat >"$RUNTMP/rsyncd.conf" <<EOF
 port = $port
 address = $SRV_HOST
-use chroot = no
+# chroot (we are root): without it rsync rewrites symlink targets ("../.././x" -> "../../x")
+use chroot = yes
 munge symlinks = no
 log file = $RUNTMP/rsyncd.log
 [bench]
