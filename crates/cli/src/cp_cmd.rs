@@ -163,7 +163,12 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
             args.root.display()
         )));
     }
-    let runtime = runtime_for(&args.job, &args.topology, Side::Both)?;
+    // A daemon may be asked to compress or decompress by any session.
+    let job = JobArgs {
+        compressing: true,
+        ..args.job.clone()
+    };
+    let runtime = runtime_for(&job, &args.topology, Side::Both)?;
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
@@ -238,7 +243,11 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
         chunk_bytes,
         token,
     };
-    let runtime = runtime_for(&args.job, "this", side)?;
+    let job = JobArgs {
+        compressing: cfg.opts.compress != sluice_engine::CompressMode::None,
+        ..args.job.clone()
+    };
+    let runtime = runtime_for(&job, "this", side)?;
     let stats = Arc::new(Stats::new());
     let progress = (!args.json && std::io::stderr().is_terminal()).then(|| spawn_progress(&stats));
     let result = copy(&cfg, &runtime, &stats);

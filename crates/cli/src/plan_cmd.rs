@@ -39,12 +39,19 @@ pub struct JobArgs {
     /// Storage threads (io-read / io-write) per direction.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub io_threads: u32,
-    /// Compression threads (sender side).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub compress_threads: u32,
-    /// Decompression threads (receiver side).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub decompress_threads: u32,
+    /// Compression threads (sender side), a stage of their own between storage and
+    /// network. 0: the io-read threads compress. [default: --io-threads when the
+    /// transfer compresses (`serve`: always planned), else 0]
+    #[arg(long, value_name = "N")]
+    pub compress_threads: Option<u32>,
+    /// Decompression threads (receiver side). 0: the net-recv threads decompress.
+    /// [default: --streams when the transfer compresses (`serve`: always planned), else 0]
+    #[arg(long, value_name = "N")]
+    pub decompress_threads: Option<u32>,
+    /// Whether the transfer may compress: the default codec-thread counts follow it
+    /// (set by the command, not a flag).
+    #[arg(skip)]
+    pub compressing: bool,
     /// NIC to use (repeatable). Default: every NIC with a known NUMA node.
     #[arg(long = "nic", value_name = "NAME")]
     pub nics: Vec<String>,
@@ -135,12 +142,14 @@ impl JobArgs {
         if matches!(side, Side::Send | Side::Both) {
             threads.push((Role::NetSend, self.streams));
             threads.push((Role::IoRead, self.io_threads));
-            threads.push((Role::Compress, self.compress_threads));
+            let default = if self.compressing { self.io_threads } else { 0 };
+            threads.push((Role::Compress, self.compress_threads.unwrap_or(default)));
         }
         if matches!(side, Side::Recv | Side::Both) {
             threads.push((Role::NetRecv, self.streams));
             threads.push((Role::IoWrite, self.io_threads));
-            threads.push((Role::Decompress, self.decompress_threads));
+            let default = if self.compressing { self.streams } else { 0 };
+            threads.push((Role::Decompress, self.decompress_threads.unwrap_or(default)));
         }
         threads.retain(|(_, n)| *n > 0);
         let reserved_cpus = match &self.reserve_cores {

@@ -97,6 +97,18 @@ impl Runtime {
         &self.channels
     }
 
+    /// How many threads of `role` the plan has.
+    pub fn planned(&self, role: Role) -> u32 {
+        let n = self
+            .plan
+            .channels
+            .iter()
+            .flat_map(|c| c.threads.iter())
+            .filter(|t| t.role == role)
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
     /// The planned thread for the `index`-th thread of `role` (wrapping around when a
     /// session runs more threads of a role than the plan has), with its channel.
     pub fn thread_plan(&self, role: Role, index: u32) -> Option<(u32, &ThreadPlan)> {

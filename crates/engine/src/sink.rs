@@ -7,7 +7,7 @@
 //! it itself (inline) or hands it to the channel's io-write threads (queued). A file is
 //! renamed into place only when every chunk is written (and, with `--verify`, re-read).
 
-use crate::codec::Decompressor;
+use crate::codec::{CompressMode, Decompressor};
 use crate::control::{ControlEvent, ControlTx, Wiring};
 use crate::error::EngineError;
 use crate::fs::Root;
@@ -130,7 +130,8 @@ struct Shared {
     abort: AtomicBool,
 }
 
-/// A verified chunk on its way to an io-write thread.
+/// A chunk on its way to a decompress thread (as received) or to an io-write thread
+/// (verified).
 struct Received {
     header: ChunkHeader,
     segments: Vec<Segment>,
@@ -173,7 +174,7 @@ pub fn run(
     stats.set_pipeline(if inline { "inline" } else { "queued" });
 
     let mut threads = Vec::new();
-    let mut queues: HashMap<u32, (Sender<Received>, Receiver<Received>)> = HashMap::new();
+    let mut queues: Queues<Received> = HashMap::new();
     if !inline {
         for w in 0..opts.io_threads.max(1) {
             let (channel, pool) = runtime.pool_for(Role::IoWrite, w);
@@ -194,20 +195,61 @@ pub fn run(
             );
         }
     }
+    // Decompression stage (seed 001): when the session compresses and the plan has
+    // decompress threads, net-recv threads hand compressed chunks to them through
+    // bounded per-channel queues; each decompresses, verifies and writes (or queues for
+    // the writers). Otherwise the net-recv thread decompresses itself.
+    let decompress_threads = runtime.planned(Role::Decompress);
+    let mut stage: Queues<Received> = HashMap::new();
+    if opts.compress != CompressMode::None && decompress_threads > 0 {
+        stats.set_codec_threads(decompress_threads);
+        tracing::info!("decompress stage: {decompress_threads} threads");
+        for d in 0..decompress_threads {
+            let (channel, pool) = runtime.pool_for(Role::Decompress, d);
+            let (_, rx) = stage
+                .entry(channel)
+                .or_insert_with(|| bounded(pool.slots() as usize))
+                .clone();
+            let to_writer = queue_for(&queues, channel, d).filter(|_| !inline);
+            let shared = Arc::clone(&shared);
+            threads.push(
+                runtime
+                    .spawn(Role::Decompress, d, move || -> Result<(), EngineError> {
+                        let mut decompressor = Decompressor::new();
+                        while let Ok(inc) = rx.recv() {
+                            let Received {
+                                header,
+                                segments,
+                                slot,
+                            } = inc;
+                            let chunk = Chunk {
+                                header,
+                                segments: &segments,
+                                slot,
+                            };
+                            if !accept_chunk(
+                                &shared,
+                                &mut decompressor,
+                                channel,
+                                chunk,
+                                to_writer.as_ref(),
+                            ) {
+                                break;
+                            }
+                        }
+                        Ok(())
+                    })
+                    .map_err(|e| EngineError::io("starting a decompress thread", e))?,
+            );
+        }
+    }
     for (i, mut conn) in conns.into_iter().enumerate() {
         let i = u32::try_from(i).unwrap_or(u32::MAX);
         let (channel, pool) = runtime.pool_for(Role::NetRecv, i);
-        // A channel without io-write threads of its own hands its chunks to every
-        // channel's writers, connection by connection.
-        let queue = queues
-            .get(&channel)
-            .or_else(|| {
-                let mut ids: Vec<&u32> = queues.keys().collect();
-                ids.sort_unstable();
-                ids.get(i as usize % ids.len().max(1))
-                    .and_then(|id| queues.get(*id))
-            })
-            .map(|(tx, _)| tx.clone());
+        // A channel without io-write (decompress) threads of its own hands its chunks to
+        // every channel's, connection by connection.
+        let to_writer = queue_for(&queues, channel, i).filter(|_| !inline);
+        let to_decompress = queue_for(&stage, channel, i);
         let shared = Arc::clone(&shared);
         threads.push(
             runtime
@@ -238,46 +280,39 @@ pub fn run(
                         conn.payload(&mut slot[..wire])?;
                         slot.set_filled(wire);
                         shared.stats.add_wire(channel, u64::from(header.wire_len));
-                        // A compressed chunk that does not decode is corrupt: re-sent,
-                        // never written.
-                        let compression = header.compression();
-                        if compression != Compression::None {
-                            let raw = header.raw_len as usize;
-                            if let Err(e) =
-                                decompressor.decompress(compression, &mut slot, wire, raw)
-                            {
-                                tracing::warn!(
-                                    "chunk of file {} does not decompress: {e}",
-                                    header.file_id
-                                );
-                                nack(&shared, &header, conn.segments());
-                                continue;
+                        if let (Some(q), true) =
+                            (&to_decompress, header.compression() != Compression::None)
+                        {
+                            let inc = Received {
+                                header,
+                                segments: conn.segments().to_vec(),
+                                slot,
+                            };
+                            if q.send(inc).is_err() {
+                                return Ok(());
                             }
-                            slot.set_filled(raw);
-                        }
-                        if !header.verify(slot.filled_bytes()) {
-                            nack(&shared, &header, conn.segments());
                             continue;
                         }
-                        shared.stats.add_payload(channel, u64::from(header.raw_len));
-                        match &queue {
-                            Some(q) if !inline => {
-                                let inc = Received {
-                                    header,
-                                    segments: conn.segments().to_vec(),
-                                    slot,
-                                };
-                                if q.send(inc).is_err() {
-                                    return Ok(());
-                                }
-                            }
-                            _ => write_chunk(&shared, &header, conn.segments(), &slot),
+                        let chunk = Chunk {
+                            header,
+                            segments: conn.segments(),
+                            slot,
+                        };
+                        if !accept_chunk(
+                            &shared,
+                            &mut decompressor,
+                            channel,
+                            chunk,
+                            to_writer.as_ref(),
+                        ) {
+                            return Ok(());
                         }
                     }
                 })
                 .map_err(|e| EngineError::io("starting a net-recv thread", e))?,
         );
     }
+    drop(stage);
     drop(queues);
 
     let result = master(&shared, events);
@@ -300,6 +335,75 @@ pub fn run(
     match thread_error {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// Bounded queues, one per channel.
+type Queues<T> = HashMap<u32, (Sender<T>, Receiver<T>)>;
+
+/// The queue of `channel`, or, for a channel without threads of the queue's role, one
+/// of the others picked by `k`.
+fn queue_for<T>(queues: &Queues<T>, channel: u32, k: u32) -> Option<Sender<T>> {
+    queues
+        .get(&channel)
+        .or_else(|| {
+            let mut ids: Vec<&u32> = queues.keys().collect();
+            ids.sort_unstable();
+            ids.get(k as usize % ids.len().max(1))
+                .and_then(|id| queues.get(*id))
+        })
+        .map(|(tx, _)| tx.clone())
+}
+
+/// A received chunk, still as it came off the wire.
+struct Chunk<'a> {
+    header: ChunkHeader,
+    segments: &'a [Segment],
+    slot: Slot,
+}
+
+/// Decodes (a compressed chunk that does not decode is corrupt: re-sent, never
+/// written), verifies (a mismatch is re-sent, never written) and writes a received
+/// chunk, itself or through `to_writer`. `false`: the writers are gone.
+fn accept_chunk(
+    shared: &Shared,
+    decompressor: &mut Decompressor,
+    channel: u32,
+    chunk: Chunk<'_>,
+    to_writer: Option<&Sender<Received>>,
+) -> bool {
+    let Chunk {
+        header,
+        segments,
+        mut slot,
+    } = chunk;
+    let compression = header.compression();
+    if compression != Compression::None {
+        let (wire, raw) = (header.wire_len as usize, header.raw_len as usize);
+        if let Err(e) = decompressor.decompress(compression, &mut slot, wire, raw) {
+            tracing::warn!("chunk of file {} does not decompress: {e}", header.file_id);
+            nack(shared, &header, segments);
+            return true;
+        }
+        slot.set_filled(raw);
+    }
+    if !header.verify(slot.filled_bytes()) {
+        nack(shared, &header, segments);
+        return true;
+    }
+    shared.stats.add_payload(channel, u64::from(header.raw_len));
+    match to_writer {
+        Some(q) => q
+            .send(Received {
+                header,
+                segments: segments.to_vec(),
+                slot,
+            })
+            .is_ok(),
+        None => {
+            write_chunk(shared, &header, segments, &slot);
+            true
+        }
     }
 }
 

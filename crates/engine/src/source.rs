@@ -6,7 +6,7 @@
 //! them themselves (Tyche's inline path) or hand them to the channel's net-send threads
 //! through a bounded queue (the queued pipeline).
 
-use crate::codec::Compressor;
+use crate::codec::{CompressMode, Compressor};
 use crate::control::{ControlEvent, ControlTx, Wiring};
 use crate::error::EngineError;
 use crate::fs::layout::{BlockDeviceLayout, Layout, SimulatedStripes, TargetTable};
@@ -76,6 +76,97 @@ struct Outgoing {
     slot: Slot,
 }
 
+/// Bounded queues, one per channel.
+type Queues<T> = HashMap<u32, (Sender<T>, Receiver<T>)>;
+
+/// The queue of `channel`, or, for a channel without threads of the queue's role (mts
+/// and nmts put I/O on nodes without a NIC), one of the others picked by `k`.
+fn queue_for<T>(queues: &Queues<T>, channel: u32, k: u32) -> Option<Sender<T>> {
+    queues
+        .get(&channel)
+        .or_else(|| {
+            let mut ids: Vec<&u32> = queues.keys().collect();
+            ids.sort_unstable();
+            ids.get(k as usize % ids.len().max(1))
+                .and_then(|id| queues.get(*id))
+        })
+        .map(|(tx, _)| tx.clone())
+}
+
+/// How a thread holding a chunk ready to go (an io-read thread, or a compress thread)
+/// gets it onto the wire: compressed when the session compresses, then sent on one of
+/// its channel's connections (inline, seed 003) or queued for the channel's senders.
+struct Dispatch {
+    channel: u32,
+    inline: bool,
+    queue: Option<Sender<Outgoing>>,
+    /// Connections this thread sends on inline: its channel's, or every one.
+    own: Vec<Arc<Conn>>,
+    /// Round-robin start over `own`.
+    rr: usize,
+    stats: Arc<Stats>,
+}
+
+impl Dispatch {
+    /// Compresses (when on) and sends or queues one chunk. Gives back the chunk's
+    /// segment list for reuse when it sent it itself (empty when queued); `Ok(None)`: the
+    /// senders are gone (the session is ending).
+    fn ship(
+        &mut self,
+        mut out: Outgoing,
+        compressor: &mut Compressor,
+    ) -> Result<Option<Vec<Segment>>, EngineError> {
+        if !compressor.is_off() {
+            let raw_len = out.header.raw_len;
+            let done = compressor.compress(&mut out.slot, raw_len as usize);
+            if done.compression != Compression::None {
+                let wire = u32::try_from(done.wire_len).unwrap_or(raw_len);
+                out.header = out.header.compressed(done.compression, wire);
+                out.slot.set_filled(done.wire_len);
+            }
+        }
+        fault::corrupt_if_chosen(&mut out.slot);
+        self.stats
+            .add_payload(self.channel, u64::from(out.header.raw_len));
+        let wire = out.header.wire_len as usize;
+        let started = Instant::now();
+        match &self.queue {
+            Some(q) if !self.inline => {
+                // A full queue means the senders (the link) are the bottleneck: the wait
+                // is the link's cost to `auto`.
+                if q.send(out).is_err() {
+                    return Ok(None);
+                }
+                compressor.record_send(wire, started.elapsed());
+                Ok(Some(Vec::new()))
+            }
+            _ => {
+                // Inline: take a free connection of our channel, or wait for one.
+                let n = self.own.len();
+                let mut sent = false;
+                for k in 0..n {
+                    if let Ok(mut c) = self.own[(self.rr + k) % n].try_lock() {
+                        c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
+                        sent = true;
+                        break;
+                    }
+                }
+                if !sent {
+                    let mut c = self.own[self.rr % n]
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
+                }
+                self.rr = self.rr.wrapping_add(1);
+                self.stats.add_wire(self.channel, wire as u64);
+                compressor.record_send(wire, started.elapsed());
+                out.segments.clear();
+                Ok(Some(out.segments))
+            }
+        }
+    }
+}
+
 /// Runs the source side to completion. `conns` are the joined data connections in
 /// stream order.
 ///
@@ -123,7 +214,7 @@ pub fn run(
     stats.set_pipeline(if inline { "inline" } else { "queued" });
 
     // Queued pipeline: one bounded queue per channel, drained by that channel's senders.
-    let mut queues: HashMap<u32, (Sender<Outgoing>, Receiver<Outgoing>)> = HashMap::new();
+    let mut queues: Queues<Outgoing> = HashMap::new();
     let mut threads = Vec::new();
     if !inline {
         for (i, conn) in all.iter().enumerate() {
@@ -155,6 +246,53 @@ pub fn run(
             );
         }
     }
+    let dispatch_for = |channel: u32, k: u32| Dispatch {
+        channel,
+        inline,
+        queue: queue_for(&queues, channel, k),
+        own: by_channel
+            .get(&channel)
+            .cloned()
+            .unwrap_or_else(|| all.clone()),
+        rr: k as usize,
+        stats: Arc::clone(stats),
+    };
+
+    // Compression stage (seed 001): when the session compresses and the plan has
+    // compress threads, io-read threads hand their chunks to them through bounded
+    // per-channel queues; each compress thread compresses and sends (or queues for the
+    // senders). Otherwise the io-read thread compresses itself.
+    let compress_threads = runtime.planned(Role::Compress);
+    let mut stage: Queues<Outgoing> = HashMap::new();
+    if opts.compress != CompressMode::None && compress_threads > 0 {
+        stats.set_codec_threads(compress_threads);
+        tracing::info!("compress stage: {compress_threads} threads");
+        for c in 0..compress_threads {
+            let (channel, pool) = runtime.pool_for(Role::Compress, c);
+            let (_, rx) = stage
+                .entry(channel)
+                .or_insert_with(|| bounded(pool.slots() as usize))
+                .clone();
+            let mut dispatch = dispatch_for(channel, c);
+            let abort = Arc::clone(&abort);
+            let mode = opts.compress;
+            threads.push(
+                runtime
+                    .spawn(Role::Compress, c, move || -> Result<(), EngineError> {
+                        let mut compressor = Compressor::new(mode);
+                        while let Ok(out) = rx.recv() {
+                            if abort.load(Ordering::Relaxed)
+                                || dispatch.ship(out, &mut compressor)?.is_none()
+                            {
+                                break;
+                            }
+                        }
+                        Ok(())
+                    })
+                    .map_err(|e| EngineError::io("starting a compress thread", e))?,
+            );
+        }
+    }
 
     // I/O threads.
     for r in 0..opts.io_threads.max(1) {
@@ -163,29 +301,15 @@ pub fn run(
         let stats = Arc::clone(stats);
         let abort = Arc::clone(&abort);
         let control = control.clone();
-        let own: Vec<Arc<Conn>> = by_channel
-            .get(&channel)
-            .cloned()
-            .unwrap_or_else(|| all.clone());
-        // A channel without net-send threads of its own (mts/nmts put I/O on nodes with
-        // no NIC) spreads its chunks over every channel's senders, reader by reader.
-        let queue = queues
-            .get(&channel)
-            .or_else(|| {
-                let mut ids: Vec<&u32> = queues.keys().collect();
-                ids.sort_unstable();
-                ids.get(r as usize % ids.len().max(1))
-                    .and_then(|id| queues.get(*id))
-            })
-            .map(|(tx, _)| tx.clone());
+        let to_compress = queue_for(&stage, channel, r);
+        let mut dispatch = dispatch_for(channel, r);
         let direct = opts.direct;
-        let compress = opts.compress;
+        let mode = opts.compress;
         threads.push(
             runtime
                 .spawn(Role::IoRead, r, move || -> Result<(), EngineError> {
                     let mut segments: Vec<Segment> = Vec::new();
-                    let mut compressor = Compressor::new(compress);
-                    let mut rr = r as usize;
+                    let mut compressor = Compressor::new(mode);
                     loop {
                         if abort.load(Ordering::Relaxed) {
                             return Ok(());
@@ -206,76 +330,45 @@ pub fn run(
                             }
                         };
                         segments.clear();
-                        let (mut header, target) = match read_work(
-                            &work,
-                            direct,
-                            &mut slot,
-                            &mut segments,
-                            &control,
-                            &stats,
-                        ) {
-                            Some(h) => h,
-                            None => continue,
+                        let Some((header, target)) =
+                            read_work(&work, direct, &mut slot, &mut segments, &control, &stats)
+                        else {
+                            continue;
                         };
                         if let Some(t) = target {
                             sched.done(t);
                         }
-                        if !compressor.is_off() {
-                            let out = compressor.compress(&mut slot, header.raw_len as usize);
-                            if out.compression != Compression::None {
-                                let wire = u32::try_from(out.wire_len).unwrap_or(header.raw_len);
-                                header = header.compressed(out.compression, wire);
-                                slot.set_filled(out.wire_len);
-                            }
-                        }
-                        fault::corrupt_if_chosen(&mut slot);
-                        stats.add_payload(channel, u64::from(header.raw_len));
-                        match &queue {
-                            Some(q) if !inline => {
-                                let out = Outgoing {
-                                    header,
-                                    segments: segments.clone(),
-                                    slot,
-                                };
-                                // A full queue means the senders (the link) are the
-                                // bottleneck: the wait is the link's cost to `auto`.
-                                let started = Instant::now();
-                                let wire = out.header.wire_len as usize;
+                        // Inline, the segment list goes out and comes back (no allocation);
+                        // a queue gets its own copy (packed chunks only: a large file's
+                        // chunk has none).
+                        let handed = if to_compress.is_some() || !inline {
+                            segments.clone()
+                        } else {
+                            std::mem::take(&mut segments)
+                        };
+                        let out = Outgoing {
+                            header,
+                            segments: handed,
+                            slot,
+                        };
+                        match &to_compress {
+                            Some(q) => {
                                 if q.send(out).is_err() {
                                     return Ok(());
                                 }
-                                compressor.record_send(wire, started.elapsed());
                             }
-                            _ => {
-                                // Inline: take a free connection of our channel, or wait for one.
-                                let n = own.len();
-                                let started = Instant::now();
-                                let mut sent = false;
-                                for k in 0..n {
-                                    let conn = &own[(rr + k) % n];
-                                    if let Ok(mut c) = conn.try_lock() {
-                                        c.send(&header, &segments, slot.filled_bytes())?;
-                                        sent = true;
-                                        break;
-                                    }
-                                }
-                                if !sent {
-                                    let conn = &own[rr % n];
-                                    let mut c = conn
-                                        .lock()
-                                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                                    c.send(&header, &segments, slot.filled_bytes())?;
-                                }
-                                compressor.record_send(slot.filled(), started.elapsed());
-                                rr = rr.wrapping_add(1);
-                                stats.add_wire(channel, u64::from(header.wire_len));
-                            }
+                            None => match dispatch.ship(out, &mut compressor)? {
+                                Some(back) if inline => segments = back,
+                                Some(_) => {}
+                                None => return Ok(()),
+                            },
                         }
                     }
                 })
                 .map_err(|e| EngineError::io("starting an io-read thread", e))?,
         );
     }
+    drop(stage);
     drop(queues);
 
     let result = master(&specs, &layouts, opts, control, events, &sched, stats);

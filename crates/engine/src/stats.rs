@@ -61,6 +61,7 @@ struct Inner {
     failures: Vec<FileRow>,
     scan_errors: Vec<String>,
     pipeline: &'static str,
+    codec_threads: u32,
 }
 
 /// Thread-safe session statistics.
@@ -118,6 +119,11 @@ impl Stats {
     /// Records which pipeline ran.
     pub fn set_pipeline(&self, name: &'static str) {
         self.inner().pipeline = name;
+    }
+
+    /// Records how many compress (source) or decompress (sink) threads ran.
+    pub fn set_codec_threads(&self, n: u32) {
+        self.inner().codec_threads = n;
     }
 
     /// A chunk's payload was read (source) or received (sink) in `channel`.
@@ -265,6 +271,7 @@ impl Stats {
                 0.0
             },
             pipeline: i.pipeline,
+            codec_threads: i.codec_threads,
             channels: i.channels.clone(),
             plan: plan.clone(),
             failures: i.failures.clone(),
@@ -301,6 +308,9 @@ pub struct Summary {
     pub throughput_bytes_per_sec: f64,
     /// `inline` or `queued`.
     pub pipeline: &'static str,
+    /// Compress (this side sends) or decompress (this side receives) threads the session
+    /// ran as a stage of their own; 0: the I/O or network threads did it themselves.
+    pub codec_threads: u32,
     /// Per-channel figures of this side.
     pub channels: BTreeMap<u32, ChannelFigures>,
     /// The plan this side used.
