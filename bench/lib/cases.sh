@@ -213,6 +213,12 @@ run_sweep() {
     local reps=$1 base_cli="$SLUICE_CLI_FLAGS" base_srv="$SLUICE_SRV_FLAGS" p n wl base_dst=$DST
     path_setup lo
     NO_DROP=1 DST=$SHM/dst
+    # Memory to memory, no disk in the way: what each tool itself costs on big files
+    # (on the disk workloads every tool meets the same disk ceiling). sluice as default.
+    if [[ " $SWEEP_WLS " == *" sweep-big "* ]]; then
+        local t
+        for t in cp sluice gridftp; do run_transfer sweep sweep-big "$t" "$reps"; done
+    fi
     SLUICE_CLI_FLAGS="--streams $SLUICE_STREAMS --buffer-mem $SLUICE_BUFFER" SLUICE_SRV_FLAGS="--buffer-mem $SLUICE_BUFFER"
     for wl in $SWEEP_WLS; do
         for p in os bind mts; do
