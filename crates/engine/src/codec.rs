@@ -1,16 +1,17 @@
 //! Chunk compression (seed 001): LZ4 or zstd per chunk, chosen by the user or by an
-//! adaptive controller that compresses only while the link, not the CPU, is the
-//! bottleneck.
+//! adaptive controller that compresses only while it makes the transfer faster.
 //!
-//! Each reading thread owns one [`Compressor`] and each receiving thread one
+//! Each compressing thread owns one [`Compressor`] and each decompressing thread one
 //! [`Decompressor`]; their scratch buffers are allocated once, by the thread itself, so
 //! the kernel's first-touch policy puts them on the thread's (pinned) node. A chunk that
 //! does not shrink travels raw. The chunk checksum always covers the original bytes.
+//! `auto`'s [`AutoController`] is shared by a session's compressors ([`SharedAuto`]).
 
 use sluice_wire::Compression;
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// What `--compress` asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -65,90 +66,234 @@ enum Codec {
     Zstd(i32),
 }
 
-/// Running estimates for one codec (exponentially weighted).
-#[derive(Debug, Clone, Copy, Default)]
-struct Estimate {
-    /// CPU nanoseconds per original byte to compress.
-    cpu_ns_per_byte: f64,
-    /// Wire bytes per original byte.
-    ratio: f64,
-    samples: u32,
+/// Chunks compressed with one codec before its goodput is judged (one epoch).
+const EPOCH_CHUNKS: u32 = 12;
+/// Chunks of an epoch that only drain what the previous codec left in the pipeline
+/// (queues, socket buffers, the receiver's backlog): the clock starts after them.
+const EPOCH_WARMUP: u32 = 4;
+/// One epoch in this many tries a codec other than the best (exploration), and codec
+/// speeds are measured again.
+const PROBE_EVERY: u32 = 16;
+/// A codec replaces the best only when its goodput is this much higher.
+const SWITCH_GAIN: f64 = 1.05;
+
+/// The adaptive choice, measured end to end. `auto` runs one codec at a time for an
+/// epoch of [`EPOCH_CHUNKS`] chunks, across every thread of the session, and measures
+/// the *goodput* (original bytes per second onto the wire) that epoch achieved. Whatever
+/// limits the transfer (the link, this side's CPU, the receiver's CPU through TCP back
+/// pressure, the disk) is in that number: with the link as the bottleneck a codec that
+/// halves the bytes doubles the goodput and wins; with the CPU as the bottleneck raw
+/// wins. It starts raw. A codec is only tried when it could win: its compression speed,
+/// measured on a chunk that then goes raw anyway (a dry run), times the compressing
+/// threads, must beat the best goodput so far, so a fast link never pays for a
+/// pointless trial. Then the best is kept and one epoch in [`PROBE_EVERY`] tries another
+/// that could win, so a change of link or data is followed. Pure (time is passed in),
+/// so it is tested with simulated pipelines.
+#[derive(Debug, Clone)]
+pub struct AutoController {
+    /// The codec of the running epoch, as an index into `CANDIDATES`.
+    current: usize,
+    /// The running epoch's number; chunks compressed in an earlier one are not counted.
+    epoch: u64,
+    /// When the warm-up's last chunk went out (seconds), and bytes of the chunks after it.
+    first_sent: Option<f64>,
+    bytes: u64,
+    chunks: u32,
+    /// Measured goodput per codec, bytes per second (smoothed).
+    rate: [Option<f64>; 3],
+    /// Measured compression speed per codec, original bytes per second per thread.
+    speed: [Option<f64>; 3],
+    /// Threads compressing for the session.
+    threads: u32,
+    /// Chunks handed out in the running epoch, and the dry runs handed out.
+    picked: u32,
+    dry_taken: [bool; 3],
+    /// The codec judged best (raw until another has proven better).
+    best: usize,
+    epochs_done: u32,
+    probes: usize,
 }
 
-impl Estimate {
-    fn update(&mut self, cpu_ns_per_byte: f64, ratio: f64) {
-        const ALPHA: f64 = 0.25;
-        if self.samples == 0 {
-            self.cpu_ns_per_byte = cpu_ns_per_byte;
-            self.ratio = ratio;
-        } else {
-            self.cpu_ns_per_byte += ALPHA * (cpu_ns_per_byte - self.cpu_ns_per_byte);
-            self.ratio += ALPHA * (ratio - self.ratio);
+impl Default for AutoController {
+    fn default() -> Self {
+        AutoController {
+            current: 0,
+            epoch: 0,
+            first_sent: None,
+            bytes: 0,
+            chunks: 0,
+            rate: [None; 3],
+            speed: [Some(f64::INFINITY), None, None],
+            threads: 1,
+            picked: 0,
+            dry_taken: [true, false, false],
+            best: 0,
+            epochs_done: 0,
+            probes: 0,
         }
-        self.samples = self.samples.saturating_add(1);
     }
 }
 
-/// Chunks between probes of a codec the controller is not using.
-const PROBE_EVERY: u32 = 16;
-
-/// The adaptive choice, apart from the codecs so it can be tested with chosen costs:
-/// per original byte, raw costs the link's time; a codec costs its CPU time plus the
-/// link's time for its (smaller) output. The cheapest wins, by a clear margin.
-#[derive(Debug, Clone, Default)]
-pub struct AutoController {
-    estimates: [Estimate; 3],
-    /// Nanoseconds per wire byte spent in socket writes (the link's cost).
-    send_ns_per_byte: f64,
-    send_samples: u32,
-    chunks: u32,
-    chosen: usize,
+/// What to do with the next chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pick {
+    /// The codec to send it with.
+    codec: usize,
+    /// The epoch it counts in.
+    epoch: u64,
+    /// A codec whose speed is unknown, to be measured on this chunk first (dry run).
+    dry: Option<usize>,
 }
 
 impl AutoController {
-    /// Expected nanoseconds per original byte for candidate `i`.
-    fn cost(&self, i: usize) -> f64 {
-        let e = &self.estimates[i];
-        e.cpu_ns_per_byte + e.ratio * self.send_ns_per_byte
+    /// The codec for the next chunk, the epoch it counts in, and whether to measure a
+    /// codec's speed on it first. Dry runs go to the first chunks of an epoch, which
+    /// are warm-up, not measured: they never slow a measured epoch.
+    fn pick(&mut self) -> Pick {
+        self.picked = self.picked.saturating_add(1);
+        let dry = (1..CANDIDATES.len())
+            .find(|&i| self.speed[i].is_none() && !self.dry_taken[i])
+            .filter(|_| self.picked <= EPOCH_WARMUP / 2);
+        if let Some(i) = dry {
+            self.dry_taken[i] = true;
+        }
+        Pick {
+            codec: self.current,
+            epoch: self.epoch,
+            dry,
+        }
     }
 
-    /// The candidate for the next chunk: each learned once, then the cheapest, with
-    /// every other candidate probed every [`PROBE_EVERY`] chunks so estimates stay fresh.
-    fn next(&mut self) -> usize {
-        self.chunks = self.chunks.wrapping_add(1);
-        if let Some(i) = self.estimates.iter().position(|e| e.samples == 0) {
-            return i;
+    /// A dry run: codec `i` compressed at `bytes_per_sec` on one thread.
+    fn observe_speed(&mut self, i: usize, bytes_per_sec: f64) {
+        self.speed[i] = Some(bytes_per_sec);
+    }
+
+    /// The most goodput codec `i` could give: every thread compressing flat out.
+    fn ceiling(&self, i: usize) -> Option<f64> {
+        self.speed[i].map(|s| s * f64::from(self.threads.max(1)))
+    }
+
+    /// A chunk of `payload` original bytes, compressed in `epoch`, went onto the wire
+    /// (its socket write returned, or the senders' queue took it) at `now` seconds.
+    fn sent(&mut self, epoch: u64, payload: u64, now: f64) {
+        if epoch != self.epoch {
+            return;
         }
-        if self.chunks % PROBE_EVERY == 0 {
-            let probe = (self.chunks / PROBE_EVERY) as usize % CANDIDATES.len();
-            if probe != self.chosen {
-                return probe;
+        // Goodput from the departure of the warm-up's last chunk to the epoch's last:
+        // the pipeline then runs at this codec's pace alone.
+        self.chunks += 1;
+        if self.chunks < EPOCH_WARMUP {
+            return;
+        }
+        let Some(t0) = self.first_sent else {
+            self.first_sent = Some(now);
+            return;
+        };
+        self.bytes += payload;
+        if self.chunks >= EPOCH_CHUNKS {
+            self.close(now - t0);
+        }
+    }
+
+    /// Whether codec `i` is worth an epoch: untried or stale, and able to beat `top`.
+    fn could_win(&self, i: usize, top: f64) -> bool {
+        self.ceiling(i).is_some_and(|c| c > SWITCH_GAIN * top)
+    }
+
+    fn close(&mut self, secs: f64) {
+        let r = self.bytes as f64 / secs.max(1e-9);
+        let c = self.current;
+        self.rate[c] = Some(match self.rate[c] {
+            None => r,
+            Some(old) => old + 0.5 * (r - old),
+        });
+        self.epochs_done = self.epochs_done.saturating_add(1);
+        let top = self.rate.iter().flatten().copied().fold(0.0, f64::max);
+        let near = |i: usize| self.rate[i].is_some_and(|r| r * SWITCH_GAIN >= top);
+        // Keep the best while it is within the margin of the top (no flapping on noise);
+        // otherwise the cheapest codec near the top (raw before lz4 before zstd: equal
+        // goodput for less CPU).
+        if !near(self.best) {
+            self.best = (0..CANDIDATES.len()).find(|&i| near(i)).unwrap_or(0);
+        }
+        let probe = self.epochs_done % PROBE_EVERY == 0;
+        if probe {
+            // Data and CPU load change: measure the codecs' speeds again.
+            self.speed[1] = None;
+            self.speed[2] = None;
+            self.dry_taken = [true, false, false];
+        }
+        let untried =
+            (1..CANDIDATES.len()).find(|&i| self.rate[i].is_none() && self.could_win(i, top));
+        self.current = match untried {
+            Some(i) => i,
+            None if probe => {
+                self.probes += 1;
+                let others: Vec<usize> = (0..CANDIDATES.len())
+                    .filter(|&i| i != self.best && (i == 0 || self.rate[i].is_some()))
+                    .collect();
+                others
+                    .get(self.probes % others.len().max(1))
+                    .copied()
+                    .unwrap_or(self.best)
             }
-        }
-        let best = (0..CANDIDATES.len())
-            .min_by(|&a, &b| self.cost(a).total_cmp(&self.cost(b)))
-            .unwrap_or(0);
-        // Switch only for a clear gain (5 %), so noise does not flap the choice.
-        if best != self.chosen && self.cost(best) < 0.95 * self.cost(self.chosen) {
-            self.chosen = best;
-        }
-        self.chosen
+            None => self.best,
+        };
+        tracing::debug!(
+            "auto: epoch {} {:?} ran at {:.0} MB/s; goodput raw/lz4/zstd {:?} MB/s, ceilings {:?} MB/s; next {:?}",
+            self.epoch,
+            CANDIDATES[c],
+            r / 1e6,
+            self.rate.map(|r| r.map(|x| (x / 1e6).round())),
+            [1, 2].map(|i| self.ceiling(i).map(|x| (x / 1e6).round())),
+            CANDIDATES[self.current]
+        );
+        self.epoch += 1;
+        self.first_sent = None;
+        self.bytes = 0;
+        self.chunks = 0;
+        self.picked = 0;
     }
 
-    /// Candidate `i` took `cpu_ns_per_byte` and produced `ratio` wire bytes per byte.
-    fn observe_compress(&mut self, i: usize, cpu_ns_per_byte: f64, ratio: f64) {
-        self.estimates[i].update(cpu_ns_per_byte, ratio);
+    /// The codec judged best so far.
+    fn best(&self) -> usize {
+        self.best
+    }
+}
+
+/// One [`AutoController`] shared by every thread of a session that compresses.
+#[derive(Debug)]
+pub struct SharedAuto {
+    origin: Instant,
+    ctl: Mutex<AutoController>,
+}
+
+impl SharedAuto {
+    /// A fresh controller, its clock starting now.
+    pub fn new() -> Arc<SharedAuto> {
+        Arc::new(SharedAuto {
+            origin: Instant::now(),
+            ctl: Mutex::new(AutoController::default()),
+        })
     }
 
-    /// A socket write cost `ns_per_byte` per wire byte.
-    fn observe_send(&mut self, ns_per_byte: f64) {
-        const ALPHA: f64 = 0.25;
-        if self.send_samples == 0 {
-            self.send_ns_per_byte = ns_per_byte;
-        } else {
-            self.send_ns_per_byte += ALPHA * (ns_per_byte - self.send_ns_per_byte);
-        }
-        self.send_samples = self.send_samples.saturating_add(1);
+    /// How many threads compress for the session (the ceiling of a codec is its
+    /// per-thread speed times this).
+    pub fn set_threads(&self, n: u32) {
+        self.lock().threads = n.max(1);
+    }
+
+    /// Whether the running epoch compresses (false: chunks go raw, and a thread can
+    /// send them without handing them to a compress thread).
+    pub fn compressing(&self) -> bool {
+        self.lock().current != 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, AutoController> {
+        self.ctl
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -158,7 +303,9 @@ pub struct Compressor {
     scratch: Vec<u8>,
     zstd: Option<zstd::bulk::Compressor<'static>>,
     zstd_level: i32,
-    auto: AutoController,
+    auto: Arc<SharedAuto>,
+    /// The `auto` epoch of the last chunk compressed (reported by `record_sent`).
+    epoch: u64,
 }
 
 impl fmt::Debug for Compressor {
@@ -180,14 +327,22 @@ pub struct Compressed {
 }
 
 impl Compressor {
-    /// A compressor for `mode`; its scratch buffer grows once to the largest chunk.
+    /// A compressor for `mode` with a controller of its own; its scratch buffer grows
+    /// once to the largest chunk.
     pub fn new(mode: CompressMode) -> Compressor {
+        Compressor::sharing(mode, &SharedAuto::new())
+    }
+
+    /// A compressor whose `auto` decisions are the session's, shared with every other
+    /// compressing thread through `auto`.
+    pub fn sharing(mode: CompressMode, auto: &Arc<SharedAuto>) -> Compressor {
         Compressor {
             mode,
             scratch: Vec::new(),
             zstd: None,
             zstd_level: 0,
-            auto: AutoController::default(),
+            auto: Arc::clone(auto),
+            epoch: 0,
         }
     }
 
@@ -210,7 +365,7 @@ impl Compressor {
             CompressMode::None => Codec::Raw,
             CompressMode::Lz4 => Codec::Lz4,
             CompressMode::Zstd(l) => Codec::Zstd(l),
-            CompressMode::Auto => CANDIDATES[self.auto.chosen],
+            CompressMode::Auto => CANDIDATES[self.auto.lock().best()],
         }
     }
 
@@ -222,47 +377,26 @@ impl Compressor {
             wire_len: raw_len,
         };
         let codec = match self.mode {
-            CompressMode::Auto => CANDIDATES[self.auto.next()],
+            CompressMode::Auto => {
+                let pick = self.auto.lock().pick();
+                self.epoch = pick.epoch;
+                if let Some(i) = pick.dry.filter(|_| raw_len > 0) {
+                    // Measure codec `i` on this chunk; its output is not used.
+                    let started = Instant::now();
+                    self.encode(CANDIDATES[i], &chunk[..raw_len]);
+                    let secs = started.elapsed().as_secs_f64().max(1e-9);
+                    self.auto.lock().observe_speed(i, raw_len as f64 / secs);
+                }
+                CANDIDATES[pick.codec]
+            }
             _ => self.pick_for_mode(),
         };
         if codec == Codec::Raw || raw_len == 0 {
-            self.auto.observe_compress(0, 0.0, 1.0);
             return raw;
         }
-        let started = std::time::Instant::now();
-        let bound = lz4_flex::block::get_maximum_output_size(raw_len)
-            .max(zstd::zstd_safe::compress_bound(raw_len));
-        if self.scratch.len() < bound {
-            self.scratch.resize(bound, 0);
-        }
-        let input = &chunk[..raw_len];
-        let (compression, n) = match codec {
-            Codec::Lz4 => match lz4_flex::block::compress_into(input, &mut self.scratch) {
-                Ok(n) => (Compression::Lz4, n),
-                Err(_) => return raw,
-            },
-            Codec::Zstd(level) => {
-                if self.zstd.is_none() || self.zstd_level != level {
-                    self.zstd = zstd::bulk::Compressor::new(level).ok();
-                    self.zstd_level = level;
-                }
-                let Some(z) = self.zstd.as_mut() else {
-                    return raw;
-                };
-                match z.compress_to_buffer(input, &mut self.scratch) {
-                    Ok(n) => (Compression::Zstd, n),
-                    Err(_) => return raw,
-                }
-            }
-            Codec::Raw => return raw,
+        let Some((compression, n)) = self.encode(codec, &chunk[..raw_len]) else {
+            return raw;
         };
-        let ns = started.elapsed().as_nanos() as f64;
-        let i = CANDIDATES
-            .iter()
-            .position(|c| std::mem::discriminant(c) == std::mem::discriminant(&codec))
-            .unwrap_or(0);
-        self.auto
-            .observe_compress(i, ns / raw_len as f64, n as f64 / raw_len as f64);
         if n >= raw_len {
             return raw; // did not shrink: send the original bytes
         }
@@ -273,13 +407,40 @@ impl Compressor {
         }
     }
 
-    /// Records how long a socket write of `wire_bytes` took: the link's cost per byte.
-    pub fn record_send(&mut self, wire_bytes: usize, elapsed: Duration) {
-        if self.mode != CompressMode::Auto || wire_bytes == 0 {
+    /// Encodes `input` with `codec` into the scratch buffer: the encoding and its
+    /// length, or `None` when the codec failed (the chunk then travels raw).
+    fn encode(&mut self, codec: Codec, input: &[u8]) -> Option<(Compression, usize)> {
+        let bound = lz4_flex::block::get_maximum_output_size(input.len())
+            .max(zstd::zstd_safe::compress_bound(input.len()));
+        if self.scratch.len() < bound {
+            self.scratch.resize(bound, 0);
+        }
+        match codec {
+            Codec::Lz4 => lz4_flex::block::compress_into(input, &mut self.scratch)
+                .ok()
+                .map(|n| (Compression::Lz4, n)),
+            Codec::Zstd(level) => {
+                if self.zstd.is_none() || self.zstd_level != level {
+                    self.zstd = zstd::bulk::Compressor::new(level).ok();
+                    self.zstd_level = level;
+                }
+                let z = self.zstd.as_mut()?;
+                z.compress_to_buffer(input, &mut self.scratch)
+                    .ok()
+                    .map(|n| (Compression::Zstd, n))
+            }
+            Codec::Raw => None,
+        }
+    }
+
+    /// Records that the last chunk compressed, `payload` original bytes, is on the wire
+    /// (its socket write returned, or the senders' queue took it): `auto`'s goodput.
+    pub fn record_sent(&mut self, payload: usize) {
+        if self.mode != CompressMode::Auto {
             return;
         }
-        self.auto
-            .observe_send(elapsed.as_nanos() as f64 / wire_bytes as f64);
+        let now = self.auto.origin.elapsed().as_secs_f64();
+        self.auto.lock().sent(self.epoch, payload as u64, now);
     }
 }
 
@@ -451,48 +612,124 @@ mod tests {
             .is_err());
     }
 
-    /// Drives the controller with chosen costs (no clocks): `cpu` ns/byte and `ratio`
-    /// per candidate, `link` ns per wire byte; returns the settled choice.
-    fn settle(cpu: [f64; 3], ratio: [f64; 3], link: f64) -> Codec {
-        let mut a = AutoController::default();
-        for _ in 0..200 {
-            let i = a.next();
-            a.observe_compress(i, cpu[i], ratio[i]);
-            a.observe_send(link);
+    /// A simulated pipeline: codec `i` delivers min(its CPU speed, link / its ratio)
+    /// original bytes per second (raw: the link). Drives `n` chunks of 4 MiB through the
+    /// controller with that clock; returns the codec it judges best.
+    fn drive(
+        a: &mut AutoController,
+        t: &mut f64,
+        cpu: [f64; 3],
+        ratio: [f64; 3],
+        link: f64,
+        n: u32,
+    ) -> Codec {
+        const CHUNK: f64 = 4.0 * 1048576.0;
+        for _ in 0..n {
+            let pick = a.pick();
+            if let Some(d) = pick.dry {
+                a.observe_speed(d, cpu[d]);
+            }
+            let i = pick.codec;
+            let goodput = (link / ratio[i]).min(cpu[i]);
+            *t += CHUNK / goodput;
+            a.sent(pick.epoch, CHUNK as u64, *t);
         }
-        CANDIDATES[a.chosen]
+        CANDIDATES[a.best()]
     }
+
+    fn settle(cpu: [f64; 3], ratio: [f64; 3], link: f64) -> Codec {
+        drive(
+            &mut AutoController::default(),
+            &mut 0.0,
+            cpu,
+            ratio,
+            link,
+            400,
+        )
+    }
+
+    const MB: f64 = 1e6;
 
     #[test]
     fn auto_compresses_only_while_the_link_is_the_bottleneck() {
-        // LZ4 ~1.5 ns/byte at 2:1, zstd-1 ~4 ns/byte at 2.6:1 (one core, seed 001's data).
-        let cpu = [0.0, 1.5, 4.0];
+        // Per core, seed 001's data: LZ4 ~500 MB/s at 2:1, zstd-1 ~200 MB/s at 2.6:1.
+        let cpu = [f64::INFINITY, 500.0 * MB, 200.0 * MB];
         let ratio = [1.0, 0.5, 0.38];
-        // 1 Gbit/s: 8 ns per byte: compressing wins (LZ4: 1.5 + 4 < 8).
-        assert_ne!(settle(cpu, ratio, 8.0), Codec::Raw);
-        // Very slow link (100 Mbit/s, 80 ns/byte): the stronger codec wins.
-        assert_eq!(settle(cpu, ratio, 80.0), Codec::Zstd(1));
-        // Loopback (~0.3 ns/byte): the CPU is the bottleneck, send raw.
-        assert_eq!(settle(cpu, ratio, 0.3), Codec::Raw);
-        // Incompressible data on a slow link: nothing to gain.
-        assert_eq!(settle(cpu, [1.0, 1.004, 1.001], 8.0), Codec::Raw);
+        // 1 Gbit/s: LZ4 doubles the goodput (250 vs 125 MB/s); zstd is CPU-bound at 200.
+        assert_eq!(settle(cpu, ratio, 125.0 * MB), Codec::Lz4);
+        // 100 Mbit/s: the stronger codec wins (33 vs 25 MB/s).
+        assert_eq!(settle(cpu, ratio, 12.5 * MB), Codec::Zstd(1));
+        // Loopback at 2 GB/s: the CPU is the bottleneck, send raw.
+        assert_eq!(settle(cpu, ratio, 2000.0 * MB), Codec::Raw);
+        // Incompressible data on a slow link: equal goodput, so the cheapest (raw).
+        assert_eq!(settle(cpu, [1.0, 1.004, 1.001], 125.0 * MB), Codec::Raw);
     }
 
     #[test]
-    fn auto_follows_a_change_of_link() {
+    fn auto_follows_a_change_of_link_and_ignores_chunks_of_an_earlier_epoch() {
         let mut a = AutoController::default();
-        let (cpu, ratio) = ([0.0, 1.5, 4.0], [1.0, 0.5, 0.38]);
-        for link in [8.0, 0.3] {
-            for _ in 0..200 {
-                let i = a.next();
-                a.observe_compress(i, cpu[i], ratio[i]);
-                a.observe_send(link);
-            }
-        }
+        let mut t = 0.0;
+        let (cpu, ratio) = ([f64::INFINITY, 500.0 * MB, 200.0 * MB], [1.0, 0.5, 0.38]);
         assert_eq!(
-            CANDIDATES[a.chosen],
+            drive(&mut a, &mut t, cpu, ratio, 125.0 * MB, 300),
+            Codec::Lz4
+        );
+        assert_eq!(
+            drive(&mut a, &mut t, cpu, ratio, 2000.0 * MB, 600),
             Codec::Raw,
             "the link got fast: stop compressing"
+        );
+        // A chunk of an earlier epoch arriving late changes nothing.
+        let before = a.clone();
+        a.sent(a.epoch.wrapping_sub(1), 1 << 30, t + 1e-6);
+        assert_eq!(
+            (a.bytes, a.chunks, a.epoch),
+            (before.bytes, before.chunks, before.epoch)
+        );
+    }
+
+    #[test]
+    fn auto_never_tries_a_codec_that_cannot_beat_raw() {
+        // Loopback at 2 GB/s, compressors at 500 and 200 MB/s on 2 threads: no epoch is
+        // ever spent compressing (the dry runs cost CPU, not goodput).
+        let mut a = AutoController {
+            threads: 2,
+            ..AutoController::default()
+        };
+        let cpu = [f64::INFINITY, 500.0 * MB, 200.0 * MB];
+        let mut t = 0.0;
+        for _ in 0..600 {
+            let pick = a.pick();
+            if let Some(d) = pick.dry {
+                a.observe_speed(d, cpu[d]);
+            }
+            assert_eq!(pick.codec, 0, "epoch {} compressed", pick.epoch);
+            t += 4.0 * 1048576.0 / (2000.0 * MB);
+            a.sent(pick.epoch, 4 << 20, t);
+        }
+    }
+
+    #[test]
+    fn auto_explores_little_once_settled() {
+        // Chunks on the best codec after the first three epochs: at least 1 - 1/PROBE_EVERY.
+        let mut a = AutoController::default();
+        let mut t = 0.0;
+        let (cpu, ratio) = ([f64::INFINITY, 500.0 * MB, 200.0 * MB], [1.0, 0.5, 0.38]);
+        drive(&mut a, &mut t, cpu, ratio, 125.0 * MB, 3 * EPOCH_CHUNKS);
+        let mut on_best = 0u32;
+        for _ in 0..800 {
+            let pick = a.pick();
+            if let Some(d) = pick.dry {
+                a.observe_speed(d, cpu[d]);
+            }
+            let i = pick.codec;
+            on_best += u32::from(i == 1);
+            t += 4.0 * 1048576.0 / (125.0 * MB / ratio[i]).min(cpu[i]);
+            a.sent(pick.epoch, 4 << 20, t);
+        }
+        assert!(
+            on_best >= 800 - 800 / PROBE_EVERY - EPOCH_CHUNKS,
+            "{on_best} of 800"
         );
     }
 

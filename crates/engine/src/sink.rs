@@ -205,10 +205,12 @@ pub fn run(
         stats.set_codec_threads(decompress_threads);
         tracing::info!("decompress stage: {decompress_threads} threads");
         for d in 0..decompress_threads {
-            let (channel, pool) = runtime.pool_for(Role::Decompress, d);
+            let (channel, _) = runtime.pool_for(Role::Decompress, d);
+            // Short: a deep queue would only hide from the source's `auto` what its
+            // choice costs here (TCP back pressure has to reach it within an epoch).
             let (_, rx) = stage
                 .entry(channel)
-                .or_insert_with(|| bounded(pool.slots() as usize))
+                .or_insert_with(|| bounded(2 * decompress_threads as usize))
                 .clone();
             let to_writer = queue_for(&queues, channel, d).filter(|_| !inline);
             let shared = Arc::clone(&shared);

@@ -6,7 +6,7 @@
 //! them themselves (Tyche's inline path) or hand them to the channel's net-send threads
 //! through a bounded queue (the queued pipeline).
 
-use crate::codec::{CompressMode, Compressor};
+use crate::codec::{CompressMode, Compressor, SharedAuto};
 use crate::control::{ControlEvent, ControlTx, Wiring};
 use crate::error::EngineError;
 use crate::fs::layout::{BlockDeviceLayout, Layout, SimulatedStripes, TargetTable};
@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Files announced but not yet answered by the sink, at most (bounds source memory).
 pub const MAX_FILES_IN_FLIGHT: usize = 16_384;
@@ -129,15 +129,14 @@ impl Dispatch {
         self.stats
             .add_payload(self.channel, u64::from(out.header.raw_len));
         let wire = out.header.wire_len as usize;
-        let started = Instant::now();
+        let payload = out.header.raw_len as usize;
         match &self.queue {
             Some(q) if !self.inline => {
-                // A full queue means the senders (the link) are the bottleneck: the wait
-                // is the link's cost to `auto`.
+                // A full queue holds the thread back: `auto` sees the senders' pace.
                 if q.send(out).is_err() {
                     return Ok(None);
                 }
-                compressor.record_send(wire, started.elapsed());
+                compressor.record_sent(payload);
                 Ok(Some(Vec::new()))
             }
             _ => {
@@ -159,7 +158,7 @@ impl Dispatch {
                 }
                 self.rr = self.rr.wrapping_add(1);
                 self.stats.add_wire(self.channel, wire as u64);
-                compressor.record_send(wire, started.elapsed());
+                compressor.record_sent(payload);
                 out.segments.clear();
                 Ok(Some(out.segments))
             }
@@ -263,23 +262,34 @@ pub fn run(
     // per-channel queues; each compress thread compresses and sends (or queues for the
     // senders). Otherwise the io-read thread compresses itself.
     let compress_threads = runtime.planned(Role::Compress);
+    // One `auto` controller for the session: it judges the goodput of all threads.
+    let auto = SharedAuto::new();
+    let staged = opts.compress != CompressMode::None && compress_threads > 0;
+    auto.set_threads(if staged {
+        compress_threads
+    } else {
+        opts.io_threads
+    });
     let mut stage: Queues<Outgoing> = HashMap::new();
-    if opts.compress != CompressMode::None && compress_threads > 0 {
+    if staged {
         stats.set_codec_threads(compress_threads);
         tracing::info!("compress stage: {compress_threads} threads");
         for c in 0..compress_threads {
-            let (channel, pool) = runtime.pool_for(Role::Compress, c);
+            let (channel, _) = runtime.pool_for(Role::Compress, c);
+            // Two read-ahead slots per compress thread keep it busy; more would only
+            // hold slots the readers could use.
             let (_, rx) = stage
                 .entry(channel)
-                .or_insert_with(|| bounded(pool.slots() as usize))
+                .or_insert_with(|| bounded(2 * compress_threads as usize))
                 .clone();
             let mut dispatch = dispatch_for(channel, c);
             let abort = Arc::clone(&abort);
             let mode = opts.compress;
+            let auto = Arc::clone(&auto);
             threads.push(
                 runtime
                     .spawn(Role::Compress, c, move || -> Result<(), EngineError> {
-                        let mut compressor = Compressor::new(mode);
+                        let mut compressor = Compressor::sharing(mode, &auto);
                         while let Ok(out) = rx.recv() {
                             if abort.load(Ordering::Relaxed)
                                 || dispatch.ship(out, &mut compressor)?.is_none()
@@ -305,11 +315,12 @@ pub fn run(
         let mut dispatch = dispatch_for(channel, r);
         let direct = opts.direct;
         let mode = opts.compress;
+        let auto = Arc::clone(&auto);
         threads.push(
             runtime
                 .spawn(Role::IoRead, r, move || -> Result<(), EngineError> {
                     let mut segments: Vec<Segment> = Vec::new();
-                    let mut compressor = Compressor::new(mode);
+                    let mut compressor = Compressor::sharing(mode, &auto);
                     loop {
                         if abort.load(Ordering::Relaxed) {
                             return Ok(());
@@ -338,10 +349,15 @@ pub fn run(
                         if let Some(t) = target {
                             sched.done(t);
                         }
+                        // While `auto` sends raw, the hand-off to a compress thread
+                        // would only cost a context switch: ship it from here.
+                        let stage = to_compress
+                            .as_ref()
+                            .filter(|_| mode != CompressMode::Auto || auto.compressing());
                         // Inline, the segment list goes out and comes back (no allocation);
                         // a queue gets its own copy (packed chunks only: a large file's
                         // chunk has none).
-                        let handed = if to_compress.is_some() || !inline {
+                        let handed = if stage.is_some() || !inline {
                             segments.clone()
                         } else {
                             std::mem::take(&mut segments)
@@ -351,7 +367,7 @@ pub fn run(
                             segments: handed,
                             slot,
                         };
-                        match &to_compress {
+                        match stage {
                             Some(q) => {
                                 if q.send(out).is_err() {
                                     return Ok(());

@@ -13,7 +13,7 @@
 //! A record that fails its checksum ends the stream with an error (a pipe cannot be
 //! re-read); nothing after the last good record is written.
 
-use crate::codec::{CompressMode, Compressor, Decompressor};
+use crate::codec::{CompressMode, Compressor, Decompressor, SharedAuto};
 use crate::control::spawn_reader;
 use crate::error::EngineError;
 use crate::runtime::Runtime;
@@ -150,16 +150,19 @@ impl StreamSender {
         }
         let mut queues = Vec::new();
         let mut threads = Vec::new();
+        // One `auto` controller for the stream: it judges the goodput of all connections.
+        let auto = SharedAuto::new();
         for (i, s) in data.into_iter().enumerate() {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
             let (tx, rx) = bounded::<Record>(QUEUE_RECORDS);
             queues.push(tx);
             let compress = opts.compress;
             let peer = addr.to_string();
+            let compressor = Compressor::sharing(compress, &auto);
             threads.push(
                 runtime
                     .spawn(Role::NetSend, i, move || {
-                        send_loop(ChunkSender::new(s), rx, compress, &peer)
+                        send_loop(ChunkSender::new(s), rx, compressor, &peer)
                     })
                     .map_err(|e| EngineError::io("starting a net-send thread", e))?,
             );
@@ -271,10 +274,9 @@ impl StreamSender {
 fn send_loop(
     mut conn: ChunkSender,
     rx: Receiver<Record>,
-    compress: CompressMode,
+    mut compressor: Compressor,
     peer: &str,
 ) -> Result<(u64, u64), EngineError> {
-    let mut compressor = Compressor::new(compress);
     let (mut bytes, mut wire) = (0u64, 0u64);
     while let Ok(mut rec) = rx.recv() {
         let raw_len = rec.slot.filled();
@@ -287,7 +289,6 @@ fn send_loop(
             );
             rec.slot.set_filled(out.wire_len);
         }
-        let started = std::time::Instant::now();
         conn.send(&header, &[], rec.slot.filled_bytes())
             .map_err(|e| match e {
                 EngineError::Io { .. } => EngineError::Aborted(format!(
@@ -296,7 +297,7 @@ fn send_loop(
                 )),
                 other => other,
             })?;
-        compressor.record_send(rec.slot.filled(), started.elapsed());
+        compressor.record_sent(raw_len);
         bytes += raw_len as u64;
         wire += u64::from(header.wire_len);
     }
