@@ -54,7 +54,7 @@ main() {
     : "${REPS:=$((QUICK ? 1 : 3))}" "${PEER_REPS:=1}"
 
     # sluice's flags in every case outside the sweep (the defaults, written out).
-    SLUICE_STREAMS=${SLUICE_STREAMS:-2} SLUICE_IO=${SLUICE_IO:-2} SLUICE_BUFFER=${SLUICE_BUFFER:-256MiB}
+    SLUICE_STREAMS=${SLUICE_STREAMS:-2} SLUICE_IO=${SLUICE_IO:-2} SLUICE_BUFFER=${SLUICE_BUFFER:-auto}
     SLUICE_CLI_FLAGS="--streams $SLUICE_STREAMS --io-threads $SLUICE_IO --buffer-mem $SLUICE_BUFFER"
     SLUICE_SRV_FLAGS="--streams $SLUICE_STREAMS --io-threads $SLUICE_IO --buffer-mem $SLUICE_BUFFER"
     SLUICE_CLI_EXTRA="" SLUICE_SRV_EXTRA=""

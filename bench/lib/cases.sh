@@ -12,12 +12,17 @@ _timeout_for() { # BYTES FILES
 # Keeps a sluice client's JSON summary (minus the per-file report) for the results.
 _keep_sluice_json() { # CASE-ID-JSON
     [ -s "$RUNTMP/sluice.json" ] || return 0
-    "$PY" - "$RUNTMP/sluice.json" "$1" >>"$OUT/sluice-runs.jsonl" <<'EOF' 2>/dev/null
+    "$PY" - "$RUNTMP/sluice.json" "$1" "$RUNTMP/srv-sluice.out" >>"$OUT/sluice-runs.jsonl" <<'EOF' 2>/dev/null
 import json, sys
 d = json.load(open(sys.argv[1]))
 d.pop("file_report", None)
 d.get("plan", {}).pop("explain", None)  # kept small: the plan itself and its notes stay
 case = json.loads(sys.argv[2])
+try:  # the daemon's buffer pools, from its `serve --json` line (the RSS target's cap)
+    srv = json.loads(open(sys.argv[3]).readline())
+    case["daemon_buffer_bytes"] = sum(c["buffer_bytes"] for c in srv["plan"]["channels"])
+except (OSError, ValueError, KeyError, TypeError):
+    pass
 print(json.dumps({"case": case, "summary": d}, separators=(",", ":")))
 EOF
 }
