@@ -563,7 +563,10 @@ fn buffer_mem_auto_gives_four_slots_per_data_thread() {
     assert_eq!(total(&[]), 8 * 4 * (4 << 20));
     assert_eq!(total(&["--buffer-mem", "auto"]), 8 * 4 * (4 << 20));
     assert_eq!(total(&["--io-threads", "4"]), 12 * 4 * (4 << 20));
-    assert_eq!(total(&["--side", "send", "--chunk-size", "1MiB"]), 4 * 4 * (1 << 20));
+    assert_eq!(
+        total(&["--side", "send", "--chunk-size", "1MiB"]),
+        4 * 4 * (1 << 20)
+    );
     // At least 8 slots; an explicit size is taken as given.
     assert_eq!(
         total(&["--side", "send", "--streams", "1", "--io-threads", "1"]),
