@@ -316,11 +316,14 @@ pub fn run(
         let direct = opts.direct;
         let mode = opts.compress;
         let auto = Arc::clone(&auto);
+        // Readers take a file's chunks in turn: this one's next is `io_threads` ahead.
+        let prefetch_stride = u64::from(opts.io_threads.max(1));
         threads.push(
             runtime
                 .spawn(Role::IoRead, r, move || -> Result<(), EngineError> {
                     let mut segments: Vec<Segment> = Vec::new();
                     let mut compressor = Compressor::sharing(mode, &auto);
+                    let mut open = OpenFile::new(direct, prefetch_stride);
                     loop {
                         if abort.load(Ordering::Relaxed) {
                             return Ok(());
@@ -342,7 +345,7 @@ pub fn run(
                         };
                         segments.clear();
                         let Some((header, target)) =
-                            read_work(&work, direct, &mut slot, &mut segments, &control, &stats)
+                            read_work(&work, &mut open, &mut slot, &mut segments, &control, &stats)
                         else {
                             continue;
                         };
@@ -474,9 +477,60 @@ mod fault {
 
 /// Reads one piece of work into `slot`; returns its chunk header and the storage target
 /// to release. Files that cannot be read are reported to the sink as failed and left out.
+/// A reader's open large file: kept while its chunks keep coming (one `open` per file,
+/// not per chunk, and the kernel's readahead state survives), with the next chunk this
+/// reader is likely to take asked for ahead (`POSIX_FADV_WILLNEED`), so the disk reads
+/// it while this one is checksummed and sent.
+struct OpenFile {
+    direct: bool,
+    /// Chunks between this reader's successive chunks of a file (the reader count).
+    stride: u64,
+    current: Option<(u64, std::fs::File, bool)>,
+}
+
+impl OpenFile {
+    fn new(direct: bool, stride: u64) -> OpenFile {
+        OpenFile {
+            direct,
+            stride,
+            current: None,
+        }
+    }
+
+    /// The open file for `file`, and whether it reads with `O_DIRECT`.
+    fn get(&mut self, file: &SrcFile) -> Result<(&std::fs::File, bool), crate::fs::FsError> {
+        let current = match self.current.take() {
+            Some(c) if c.0 == file.id => c,
+            _ => {
+                let (f, direct) = open_chunk_file(file, self.direct)?;
+                (file.id, f, direct)
+            }
+        };
+        let (_, f, direct) = self.current.insert(current);
+        Ok((f, *direct))
+    }
+
+    /// Asks the kernel to start reading the chunk after `offset`+`len` this reader will
+    /// likely take next (advice only: a failure changes nothing).
+    fn prefetch(&self, size: u64, offset: u64, len: u32) {
+        let Some((_, f, false)) = &self.current else {
+            return;
+        };
+        let next = offset.saturating_add(u64::from(len).saturating_mul(self.stride));
+        if next < size {
+            let _ = rustix::fs::fadvise(
+                f,
+                next,
+                std::num::NonZeroU64::new(u64::from(len)),
+                rustix::fs::Advice::WillNeed,
+            );
+        }
+    }
+}
+
 fn read_work(
     work: &Work,
-    direct: bool,
+    open: &mut OpenFile,
     slot: &mut Slot,
     segments: &mut Vec<Segment>,
     control: &ControlTx,
@@ -490,17 +544,22 @@ fn read_work(
             len,
             target,
         } => {
+            let chunk_len = *len;
             let len = *len as usize;
-            let result = open_chunk_file(file, direct)
+            let result = open
+                .get(file)
                 .map_err(|e| e.to_string())
                 .and_then(|(f, direct)| {
                     if direct {
-                        read_direct_at(&f, slot, len, *offset)
+                        read_direct_at(f, slot, len, *offset)
                     } else {
-                        read_full_at(&f, &mut slot[..len], *offset)
+                        read_full_at(f, &mut slot[..len], *offset)
                     }
                     .map_err(|e| format!("reading {:?} at {offset}: {e}", file.src_path.as_str()))
                 });
+            if result.is_ok() {
+                open.prefetch(file.size, *offset, chunk_len);
+            }
             match result {
                 Ok(()) => {
                     slot.set_filled(len);
