@@ -1539,6 +1539,56 @@ fn regression_pull_hid_the_daemons_scan_errors_and_reported_success() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
+fn data_connections_spread_over_every_address_of_the_daemon() {
+    // Two addresses of one daemon (two NICs, here two loopback addresses): the control
+    // connection goes to the first, the data connections alternate.
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let token = t.path().join("token");
+    write(&token, b"two links\n");
+    let src = t.path().join("src");
+    write(&src.join("small.txt"), b"small");
+    write_big(&src.join("big.bin"), 6, 90);
+    let d = Daemon::start_with(
+        &root,
+        &[
+            "--listen",
+            "0.0.0.0:0",
+            "--token-file",
+            s(&token),
+            "--log",
+            "info",
+        ],
+        &[],
+    );
+    let port = d.addr.rsplit_once(':').map(|(_, p)| p).unwrap();
+    let url = format!("sluice://127.0.0.1,127.0.0.2:{port}/two/");
+    cp(&[
+        "-r",
+        "--streams",
+        "4",
+        "--token-file",
+        s(&token),
+        s(&src),
+        &url,
+    ])
+    .ok();
+    assert_same_tree(&src, &root.join("two/src"));
+    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+    for local in ["127.0.0.1", "127.0.0.2"] {
+        let n = log
+            .lines()
+            .filter(|l| l.contains("data connection") && l.contains(&format!(" on {local}:")))
+            .count();
+        assert_eq!(n, 2, "two of four data connections on {local}: {log}");
+    }
+    // A list with an empty member is a usage error.
+    let bad = format!("sluice://127.0.0.1,,127.0.0.2:{port}/x/");
+    cp(&["--token-file", s(&token), s(&src.join("small.txt")), &bad]).code(2);
+}
+
+#[test]
 fn token_is_required_checked_and_the_daemon_keeps_serving() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("root");

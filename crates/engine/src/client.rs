@@ -31,10 +31,13 @@ pub enum Endpoint {
 pub const DEFAULT_PORT: u16 = 7878;
 
 impl Endpoint {
-    /// Parses `sluice://HOST[:PORT]/PATH` or a local path.
+    /// Parses `sluice://HOST[:PORT]/PATH` or a local path. `HOST` may list several
+    /// addresses of one daemon, comma-separated (`sluice://10.0.1.2,10.0.2.2:7878/x`, one
+    /// per NIC): the port, given once at the end, applies to all; data connections are
+    /// spread over them (`addr` keeps them comma-separated, each with its port).
     ///
     /// # Errors
-    /// A `sluice://` URL without a host.
+    /// A `sluice://` URL without a host, or with an empty one in its list.
     pub fn parse(s: &str) -> Result<Endpoint, String> {
         let Some(rest) = s.strip_prefix("sluice://") else {
             return Ok(Endpoint::Local(s.to_string()));
@@ -45,17 +48,34 @@ impl Endpoint {
                 "{s:?} has no host: expected sluice://HOST[:PORT]/PATH"
             ));
         }
-        let addr = if host.starts_with('[') {
-            if host.contains("]:") {
-                host.to_string()
+        let hosts: Vec<&str> = host.split(',').collect();
+        if hosts.iter().any(|h| h.is_empty()) {
+            return Err(format!(
+                "{s:?} has an empty host in its list: expected sluice://HOST[,HOST...][:PORT]/PATH"
+            ));
+        }
+        let port_of = |h: &str| -> Option<String> {
+            if h.starts_with('[') {
+                h.split_once("]:").map(|(_, p)| p.to_string())
             } else {
-                format!("{host}:{DEFAULT_PORT}")
+                h.split_once(':').map(|(_, p)| p.to_string())
             }
-        } else if host.contains(':') {
-            host.to_string()
-        } else {
-            format!("{host}:{DEFAULT_PORT}")
         };
+        let port = hosts
+            .last()
+            .and_then(|h| port_of(h))
+            .unwrap_or_else(|| DEFAULT_PORT.to_string());
+        let addr = hosts
+            .iter()
+            .map(|h| {
+                if port_of(h).is_some() {
+                    (*h).to_string()
+                } else {
+                    format!("{h}:{port}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",");
         Ok(Endpoint::Remote {
             addr,
             path: path.to_string(),

@@ -171,6 +171,13 @@ impl Daemon {
         let stream = reader.into_inner()?;
         let _ = stream.set_read_timeout(None);
         let _ = transport::tune(&stream, true);
+        if let (Ok(peer), Ok(local)) = (stream.peer_addr(), stream.local_addr()) {
+            tracing::info!(
+                "session {}: data connection {} from {peer} on {local}",
+                join.session_id,
+                joined.stream_index
+            );
+        }
         let _ = streams.send((joined.stream_index, stream));
         Ok(())
     }

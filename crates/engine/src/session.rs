@@ -193,7 +193,12 @@ pub struct Opened {
 ///
 /// # Errors
 /// Connection, handshake, refusal (`Error` frame) or join failures.
-pub fn open_session(addr: &str, token: Option<Token>, open: Open) -> Result<Opened, EngineError> {
+pub fn open_session(addrs: &str, token: Option<Token>, open: Open) -> Result<Opened, EngineError> {
+    // `addrs` may list several addresses of one daemon, comma-separated (one per NIC):
+    // the control connection goes to the first, data connection `i` to address `i mod n`,
+    // so the streams spread over the links the routes lead through.
+    let all: Vec<&str> = addrs.split(',').filter(|a| !a.is_empty()).collect();
+    let addr = all.first().copied().unwrap_or(addrs);
     let stream = TcpStream::connect(addr)
         .map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
     transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
@@ -225,6 +230,10 @@ pub fn open_session(addr: &str, token: Option<Token>, open: Open) -> Result<Open
     let key = est.join_key(&accept.session_secret);
     let mut conns = Vec::new();
     for i in 0..accept.streams() {
+        let addr = all
+            .get(usize::from(i) % all.len().max(1))
+            .copied()
+            .unwrap_or(addr);
         let s = TcpStream::connect(addr)
             .map_err(|e| EngineError::io(format!("opening data connection {i} to {addr}"), e))?;
         transport::tune(&s, true).map_err(|e| EngineError::io("configuring a socket", e))?;
