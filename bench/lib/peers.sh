@@ -123,8 +123,12 @@ tool_begin() {
                 $auth $snics $SLUICE_SRV_FLAGS $SLUICE_SRV_EXTRA
             wait_listen "$SRV_X" "$port" || { TOOL_ERR="sluice serve did not listen: $(tail -c 300 "$RUNTMP/srv-sluice.err")"; return 1; }
             FLAGS="sluice cp $r $SLUICE_CLI_FLAGS $SLUICE_CLI_EXTRA${cnics:+ --nic (each link)}"
+            [ "${LINKS:-1}" = 2 ] && FLAGS="$FLAGS sluice://ADDR1,ADDR2:PORT/"
             [ -n "$SLUICE_SRV_EXTRA" ] && FLAGS="$FLAGS; serve $SLUICE_SRV_EXTRA"
-            CMD="'$SLUICE' cp $r --json $auth $cnics $SLUICE_CLI_FLAGS $SLUICE_CLI_EXTRA '$dotsrc' sluice://$SRV_HOST:$port/ >'$RUNTMP/sluice.json'"
+            # two links: both of the daemon's addresses, the data connections alternate
+            local hosts=$SRV_HOST
+            [ "${LINKS:-1}" = 2 ] && [ -n "$SRV_HOST2" ] && hosts="$SRV_HOST,$SRV_HOST2"
+            CMD="'$SLUICE' cp $r --json $auth $cnics $SLUICE_CLI_FLAGS $SLUICE_CLI_EXTRA '$dotsrc' sluice://$hosts:$port/ >'$RUNTMP/sluice.json'"
             ;;
         gridftp)
             port=$(_port 2811)
