@@ -5,10 +5,29 @@
 //! borrow its pools; nothing on the data path allocates buffer memory afterwards.
 
 use crate::error::EngineError;
+use crossbeam_channel::{Receiver, Sender};
 use sluice_buffers::BufferPool;
 use sluice_placement::{Plan, Role, ThreadPlan};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+
+/// Bounded queues between the stages of a session, one per channel.
+pub(crate) type Queues<T> = HashMap<u32, (Sender<T>, Receiver<T>)>;
+
+/// The queue of `channel`, or, for a channel without threads of the queue's role (mts
+/// and nmts put I/O on nodes without a NIC), one of the others picked by `k`.
+pub(crate) fn queue_for<T>(queues: &Queues<T>, channel: u32, k: u32) -> Option<Sender<T>> {
+    queues
+        .get(&channel)
+        .or_else(|| {
+            let mut ids: Vec<&u32> = queues.keys().collect();
+            ids.sort_unstable();
+            ids.get(k as usize % ids.len().max(1))
+                .and_then(|id| queues.get(*id))
+        })
+        .map(|(tx, _)| tx.clone())
+}
 
 /// One channel of the plan with its buffer pool.
 #[derive(Debug)]

@@ -12,7 +12,7 @@ use crate::control::{ControlEvent, ControlTx, Wiring};
 use crate::error::EngineError;
 use crate::fs::Root;
 use crate::fs::{self as sinkfs, Clobber, Incoming, ResumeMode, SinkFile};
-use crate::runtime::Runtime;
+use crate::runtime::{queue_for, Queues, Runtime};
 use crate::session::DestMap;
 use crate::stats::{FileOutcome, Stats};
 use crate::transport::{ChunkReceiver, DataEvent};
@@ -219,16 +219,7 @@ pub fn run(
                     .spawn(Role::Decompress, d, move || -> Result<(), EngineError> {
                         let mut decompressor = Decompressor::new();
                         while let Ok(inc) = rx.recv() {
-                            let Received {
-                                header,
-                                segments,
-                                slot,
-                            } = inc;
-                            let chunk = Chunk {
-                                header,
-                                segments: &segments,
-                                slot,
-                            };
+                            let chunk = (inc.header, &inc.segments[..], inc.slot);
                             if !accept_chunk(
                                 &shared,
                                 &mut decompressor,
@@ -295,11 +286,7 @@ pub fn run(
                             }
                             continue;
                         }
-                        let chunk = Chunk {
-                            header,
-                            segments: conn.segments(),
-                            slot,
-                        };
+                        let chunk = (header, conn.segments(), slot);
                         if !accept_chunk(
                             &shared,
                             &mut decompressor,
@@ -340,45 +327,17 @@ pub fn run(
     }
 }
 
-/// Bounded queues, one per channel.
-type Queues<T> = HashMap<u32, (Sender<T>, Receiver<T>)>;
-
-/// The queue of `channel`, or, for a channel without threads of the queue's role, one
-/// of the others picked by `k`.
-fn queue_for<T>(queues: &Queues<T>, channel: u32, k: u32) -> Option<Sender<T>> {
-    queues
-        .get(&channel)
-        .or_else(|| {
-            let mut ids: Vec<&u32> = queues.keys().collect();
-            ids.sort_unstable();
-            ids.get(k as usize % ids.len().max(1))
-                .and_then(|id| queues.get(*id))
-        })
-        .map(|(tx, _)| tx.clone())
-}
-
-/// A received chunk, still as it came off the wire.
-struct Chunk<'a> {
-    header: ChunkHeader,
-    segments: &'a [Segment],
-    slot: Slot,
-}
-
 /// Decodes (a compressed chunk that does not decode is corrupt: re-sent, never
 /// written), verifies (a mismatch is re-sent, never written) and writes a received
-/// chunk, itself or through `to_writer`. `false`: the writers are gone.
+/// chunk (its header, segment table and slot, as they came off the wire), itself or
+/// through `to_writer`. `false`: the writers are gone.
 fn accept_chunk(
     shared: &Shared,
     decompressor: &mut Decompressor,
     channel: u32,
-    chunk: Chunk<'_>,
+    (header, segments, mut slot): (ChunkHeader, &[Segment], Slot),
     to_writer: Option<&Sender<Received>>,
 ) -> bool {
-    let Chunk {
-        header,
-        segments,
-        mut slot,
-    } = chunk;
     let compression = header.compression();
     if compression != Compression::None {
         let (wire, raw) = (header.wire_len as usize, header.raw_len as usize);

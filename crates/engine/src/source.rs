@@ -12,7 +12,7 @@ use crate::error::EngineError;
 use crate::fs::layout::{BlockDeviceLayout, Layout, SimulatedStripes, TargetTable};
 use crate::fs::Root;
 use crate::fs::Scanner;
-use crate::runtime::Runtime;
+use crate::runtime::{queue_for, Queues, Runtime};
 use crate::sched::{Scheduler, SrcFile, Work};
 use crate::stats::{FileOutcome, Stats};
 use crate::transport::ChunkSender;
@@ -74,23 +74,6 @@ struct Outgoing {
     header: ChunkHeader,
     segments: Vec<Segment>,
     slot: Slot,
-}
-
-/// Bounded queues, one per channel.
-type Queues<T> = HashMap<u32, (Sender<T>, Receiver<T>)>;
-
-/// The queue of `channel`, or, for a channel without threads of the queue's role (mts
-/// and nmts put I/O on nodes without a NIC), one of the others picked by `k`.
-fn queue_for<T>(queues: &Queues<T>, channel: u32, k: u32) -> Option<Sender<T>> {
-    queues
-        .get(&channel)
-        .or_else(|| {
-            let mut ids: Vec<&u32> = queues.keys().collect();
-            ids.sort_unstable();
-            ids.get(k as usize % ids.len().max(1))
-                .and_then(|id| queues.get(*id))
-        })
-        .map(|(tx, _)| tx.clone())
 }
 
 /// How a thread holding a chunk ready to go (an io-read thread, or a compress thread)
@@ -475,8 +458,6 @@ mod fault {
     }
 }
 
-/// Reads one piece of work into `slot`; returns its chunk header and the storage target
-/// to release. Files that cannot be read are reported to the sink as failed and left out.
 /// A reader's open large file: kept while its chunks keep coming (one `open` per file,
 /// not per chunk, and the kernel's readahead state survives), with the next chunk this
 /// reader is likely to take asked for ahead (`POSIX_FADV_WILLNEED`), so the disk reads
@@ -528,6 +509,8 @@ impl OpenFile {
     }
 }
 
+/// Reads one piece of work into `slot`; returns its chunk header and the storage target
+/// to release. Files that cannot be read are reported to the sink as failed and left out.
 fn read_work(
     work: &Work,
     open: &mut OpenFile,
