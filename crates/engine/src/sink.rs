@@ -25,7 +25,7 @@ use sluice_wire::{
     Compression, ErrorCode, FileDigest, FileDone, FileEntry, FileFailed, FileKind, Frame, Have,
     HaveState, RelPath, Segment, SkipReason,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -44,8 +44,13 @@ struct Entry {
 
 #[derive(Debug)]
 struct EntryState {
-    /// Shared by the writers of this file; pwrite needs no lock.
+    /// The open partial; written outside this lock by the file's one writer.
     file: Option<Arc<SinkFile>>,
+    /// A thread is writing this file's chunks (it drains `pending` before it stops).
+    writing: bool,
+    /// Verified chunks that arrived while another thread was writing this file: that
+    /// thread writes them too (bounded by the pools' slots, which they hold).
+    pending: VecDeque<(ChunkHeader, Slot)>,
     /// Chunks written (a chunk delivered twice counts once).
     received: Option<ChunkSet>,
     remaining: u64,
@@ -187,7 +192,7 @@ pub fn run(
                 runtime
                     .spawn(Role::IoWrite, w, move || -> Result<(), EngineError> {
                         while let Ok(inc) = rx.recv() {
-                            write_chunk(&shared, &inc.header, &inc.segments, &inc.slot);
+                            write_chunk(&shared, &inc.header, &inc.segments, inc.slot);
                         }
                         Ok(())
                     })
@@ -362,7 +367,7 @@ fn accept_chunk(
             })
             .is_ok(),
         None => {
-            write_chunk(shared, &header, segments, &slot);
+            write_chunk(shared, &header, segments, slot);
             true
         }
     }
@@ -396,39 +401,48 @@ fn nack(shared: &Shared, header: &ChunkHeader, segments: &[Segment]) {
 }
 
 /// Writes a verified chunk: a piece of a large file, or the small files of a pack.
-fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot: &Slot) {
-    let data = slot.filled_bytes();
-    if header.is_packed() {
-        let mut at = 0usize;
-        for seg in segments {
-            let len = seg.len as usize;
-            let bytes = &data[at..at + len];
-            at += len;
-            let Some(e) = shared.table.wait(seg.file_id, &shared.abort) else {
-                tracing::warn!(
-                    "file {} already ended or never announced: dropped",
-                    seg.file_id
-                );
-                continue;
-            };
-            let digest = FileDigest::of_ordered(&[chunk_checksum(bytes)]);
-            let result = sinkfs::write_small_file(
-                &shared.root,
-                &e.dest,
-                bytes,
-                e.entry.mode,
-                e.entry.mtime_ns,
-                shared.opts.fsync,
-                clobber(&shared.opts),
-            );
-            finish_entry(
-                shared,
-                &e,
-                result.map(|()| digest).map_err(|err| err.to_string()),
-            );
-        }
+fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot: Slot) {
+    if !header.is_packed() {
+        write_large(shared, *header, slot);
         return;
     }
+    let data = slot.filled_bytes();
+    let mut at = 0usize;
+    for seg in segments {
+        let len = seg.len as usize;
+        let bytes = &data[at..at + len];
+        at += len;
+        let Some(e) = shared.table.wait(seg.file_id, &shared.abort) else {
+            tracing::warn!(
+                "file {} already ended or never announced: dropped",
+                seg.file_id
+            );
+            continue;
+        };
+        let digest = FileDigest::of_ordered(&[chunk_checksum(bytes)]);
+        let result = sinkfs::write_small_file(
+            &shared.root,
+            &e.dest,
+            bytes,
+            e.entry.mode,
+            e.entry.mtime_ns,
+            shared.opts.fsync,
+            clobber(&shared.opts),
+        );
+        finish_entry(
+            shared,
+            &e,
+            result.map(|()| digest).map_err(|err| err.to_string()),
+        );
+    }
+}
+
+/// Writes a chunk of a large file. One thread at a time writes a given file: a chunk
+/// that arrives while another thread writes it is left with that thread, which writes
+/// it before it stops (flat combining). Two writers of one file would only contend for
+/// the kernel's inode lock (spinning on it burnt 14 % of the receiver's CPU), while this
+/// way the thread that handed its chunk over goes back to its socket.
+fn write_large(shared: &Shared, header: ChunkHeader, slot: Slot) {
     let Some(e) = shared.table.wait(header.file_id, &shared.abort) else {
         tracing::warn!(
             "file {} already ended or never announced: chunk dropped",
@@ -436,14 +450,18 @@ fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot
         );
         return;
     };
-    let index = header.offset / u64::from(shared.chunk_bytes);
-    // 1. Get (or create) the file, under the entry's lock.
+    let chunk_bytes = u64::from(shared.chunk_bytes);
+    // Become the file's writer, or leave the chunk to the one there is.
     let file = {
         let mut st = lock(&e.state);
-        if st.done || st.received.as_ref().is_some_and(|r| r.contains(index)) {
+        if st.done {
             return;
         }
-        match &st.file {
+        if st.writing {
+            st.pending.push_back((header, slot));
+            return;
+        }
+        let file = match &st.file {
             Some(f) => Arc::clone(f),
             None => match SinkFile::create(
                 &shared.root,
@@ -464,33 +482,59 @@ fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot
                     return;
                 }
             },
-        }
+        };
+        st.writing = true;
+        file
     };
-    // 2. Write without the lock: several writers fill one large file in parallel.
-    if let Err(err) = file.write_at(header.offset, data) {
-        fail_entry(shared, &e, err.to_string());
-        return;
-    }
-    let _ = file.record_chunk(index, header.checksum);
-    drop(file);
-    // 3. Bookkeeping; the writer of the last chunk completes the file.
-    let mut st = lock(&e.state);
-    if st.done {
-        return;
-    }
-    if let Some(r) = st.received.as_mut() {
-        if !r.insert(index) {
+    let mut next = Some((header, slot));
+    while let Some((header, slot)) = next.take() {
+        let index = header.offset / chunk_bytes;
+        let held = lock(&e.state)
+            .received
+            .as_ref()
+            .is_some_and(|r| r.contains(index));
+        // Written without the lock, so chunks keep arriving meanwhile.
+        if !held {
+            if let Err(err) = file.write_at(header.offset, slot.filled_bytes()) {
+                drop(file);
+                let dropped = {
+                    let mut st = lock(&e.state);
+                    st.writing = false;
+                    std::mem::take(&mut st.pending)
+                };
+                drop(dropped);
+                fail_entry(shared, &e, err.to_string());
+                return;
+            }
+            let _ = file.record_chunk(index, header.checksum);
+        }
+        drop(slot);
+        let mut st = lock(&e.state);
+        if st.done {
+            st.writing = false;
+            st.pending.clear();
             return;
         }
+        let new = !held && st.received.as_mut().is_none_or(|r| r.insert(index));
+        if new {
+            if let Some(d) = st.digest.as_mut() {
+                let _ = d.add(index, header.checksum);
+            }
+            st.remaining = st.remaining.saturating_sub(1);
+            if st.remaining == 0 {
+                // Whatever else waits is a duplicate of a chunk already written.
+                st.writing = false;
+                st.pending.clear();
+                drop(file);
+                complete_locked(shared, &e, st);
+                return;
+            }
+        }
+        next = st.pending.pop_front();
+        if next.is_none() {
+            st.writing = false;
+        }
     }
-    if let Some(d) = st.digest.as_mut() {
-        let _ = d.add(index, header.checksum);
-    }
-    st.remaining = st.remaining.saturating_sub(1);
-    if st.remaining > 0 {
-        return;
-    }
-    complete_locked(shared, &e, st);
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -720,6 +764,8 @@ fn announce(shared: &Arc<Shared>, entry: FileEntry, negotiate: bool, dirs: &mut 
         dest: dest.clone(),
         state: Mutex::new(EntryState {
             file: None,
+            writing: false,
+            pending: VecDeque::new(),
             received: None,
             remaining: 0,
             digest: None,
