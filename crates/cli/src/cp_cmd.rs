@@ -69,9 +69,16 @@ pub struct CpArgs {
     /// Make every file durable (fsync) before renaming it into place.
     #[arg(long)]
     pub fsync: bool,
-    /// Read large files with O_DIRECT, bypassing the page cache (where supported).
-    #[arg(long)]
+    /// Read and write large files with O_DIRECT on both hosts (the default): the disk
+    /// DMAs straight to and from the NUMA-local buffer slots, with no copy into the page
+    /// cache and no write-back after the run. Where a file system refuses O_DIRECT, its
+    /// files go through the page cache; a file's unaligned tail always does.
+    #[arg(long, conflicts_with = "buffered")]
     pub direct: bool,
+    /// Read and write large files through the page cache instead of O_DIRECT (a source
+    /// that is hot in the cache, a file system that handles direct I/O badly).
+    #[arg(long)]
+    pub buffered: bool,
     /// Compression on the wire: none, lz4, zstd[:LEVEL] or auto (compress only while the
     /// link, not the CPU, is the bottleneck).
     #[arg(long, value_name = "CODEC", default_value = "none")]
@@ -238,7 +245,7 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
             recursive: args.recursive,
             compress: args.compress.parse().map_err(bad_input)?,
             pipeline: args.pipeline.into(),
-            direct: args.direct,
+            direct: !args.buffered,
         },
         chunk_bytes,
         token,

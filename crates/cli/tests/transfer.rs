@@ -558,6 +558,37 @@ fn single_file_push_and_pull_are_byte_identical() {
 }
 
 #[test]
+fn direct_and_buffered_io_on_push_and_pull_are_byte_identical_and_reported_by_both_sides() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let file = t.path().join("big.bin");
+    // Whole chunks, then a tail that is not a multiple of the page size (O_DIRECT takes
+    // whole pages; the rest goes through the page cache).
+    write(&file, &bytes(12, 5 * MIB + 4096 + 333));
+    let mut d = Daemon::start_with(&root, &["--log", "info"], &[]);
+    for (flag, mode) in [("--direct", "direct"), ("--buffered", "buffered")] {
+        let name = format!("{mode}.bin");
+        let out = cp(&["--json", flag, s(&file), &d.url(&name)]);
+        assert_eq!(out.ok().json()["io_mode"], mode, "{}", out.what);
+        assert_same_file(&file, &root.join(&name));
+        let back = t.path().join(format!("back-{mode}.bin"));
+        let out = cp(&["--json", flag, &d.url(&name), s(&back)]);
+        assert_eq!(out.ok().json()["io_mode"], mode, "{}", out.what);
+        assert_same_file(&file, &back);
+    }
+    // Without either flag: direct.
+    let out = cp(&["--json", s(&file), &d.url("default.bin")]);
+    assert_eq!(out.ok().json()["io_mode"], "direct", "{}", out.what);
+    assert_same_file(&file, &root.join("default.bin"));
+    // The daemon did as each client asked, on its side of the pushes and pulls.
+    let log = d.log();
+    assert_eq!(log.matches("failed, io direct").count(), 3, "{log}");
+    assert_eq!(log.matches("failed, io buffered").count(), 2, "{log}");
+    d.assert_alive();
+}
+
+#[test]
 fn large_file_with_one_and_four_streams_on_both_pipelines() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("root");

@@ -237,6 +237,7 @@ fn run_session(
                     sluice_wire::Compression::Lz4
                 }
             },
+            direct: cfg.opts.direct,
         },
     };
     let Opened {

@@ -230,7 +230,7 @@ impl Daemon {
                 _ => crate::CompressMode::Auto,
             },
             pipeline: crate::Pipeline::Auto,
-            direct: false,
+            direct: open.options.direct,
         };
         let role = match open.direction {
             Direction::Push => {
@@ -327,12 +327,13 @@ impl Daemon {
         let result = run_role(role, runtime, &opts, chunk_bytes, conns, &stats);
         let s = stats.summary(runtime.plan());
         tracing::info!(
-            "session {} done: {} files, {} bytes in {:.2} s, {} failed",
+            "session {} done: {} files, {} bytes in {:.2} s, {} failed, io {}",
             accept.session_id,
             s.files,
             s.bytes,
             s.seconds,
-            s.files_failed
+            s.files_failed,
+            s.io_mode
         );
         result
     }

@@ -65,7 +65,8 @@ pub struct SessionOptions {
     pub compress: CompressMode,
     /// Inline or queued data path.
     pub pipeline: Pipeline,
-    /// Read large files with `O_DIRECT` (bypassing the page cache), where supported.
+    /// Read and write large files with `O_DIRECT` (bypassing the page cache), where
+    /// supported; a daemon does as its client asks.
     pub direct: bool,
 }
 
@@ -83,7 +84,7 @@ impl Default for SessionOptions {
             recursive: false,
             compress: CompressMode::None,
             pipeline: Pipeline::Auto,
-            direct: false,
+            direct: true,
         }
     }
 }

@@ -5,8 +5,8 @@ use crate::error::EngineError;
 use crate::transport;
 use crate::transport::{FrameReader, FrameWriter};
 use sluice_wire::{
-    Accept, ClientConfig, ClientHandshake, ClientJoin, Established, Frame, HandshakeStatus, Open,
-    RelPath, ServerConfig, ServerHandshake, Token,
+    Accept, Capabilities, ClientConfig, ClientHandshake, ClientJoin, Established, Frame,
+    HandshakeStatus, Open, RelPath, ServerConfig, ServerHandshake, Token,
 };
 use std::net::TcpStream;
 use std::time::Duration;
@@ -204,6 +204,11 @@ pub fn open_session(addrs: &str, token: Option<Token>, open: Open) -> Result<Ope
     transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
     let (mut reader, mut writer) = transport::control_halves(stream)?;
     let est = client_handshake(&mut reader, &mut writer, token)?;
+    let mut open = open;
+    if open.options.direct && !est.capabilities.contains(Capabilities::DIRECT_IO) {
+        tracing::warn!("--direct: the daemon at {addr} does not offer direct I/O; its side goes through its page cache");
+        open.options.direct = false;
+    }
     writer.send(&Frame::Open(open))?;
     let accept = match reader.next("waiting for Accept")? {
         Some(Frame::Accept(a)) => a,

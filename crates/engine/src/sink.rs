@@ -177,6 +177,7 @@ pub fn run(
         Pipeline::Auto => opts.io_threads <= 2 * stream_count,
     };
     stats.set_pipeline(if inline { "inline" } else { "queued" });
+    stats.set_io_mode(opts.direct);
 
     let mut threads = Vec::new();
     let mut queues: Queues<Received> = HashMap::new();
@@ -470,7 +471,8 @@ fn write_large(shared: &Shared, header: ChunkHeader, slot: Slot) {
                 ResumeMode::Fresh,
                 clobber(&shared.opts),
             ) {
-                Ok((f, _)) => {
+                Ok((mut f, _)) => {
+                    direct_writes(shared, &mut f);
                     let f = Arc::new(f);
                     st.file = Some(Arc::clone(&f));
                     f
@@ -534,6 +536,23 @@ fn write_large(shared: &Shared, header: ChunkHeader, slot: Slot) {
         if next.is_none() {
             st.writing = false;
         }
+    }
+}
+
+/// With `--direct`, makes `file` write its aligned blocks with `O_DIRECT` (one warning
+/// per process where the file system refuses it).
+fn direct_writes(shared: &Shared, file: &mut SinkFile) {
+    static REFUSED: std::sync::Once = std::sync::Once::new();
+    if !shared.opts.direct {
+        return;
+    }
+    if let Err(e) = file.use_direct() {
+        REFUSED.call_once(|| {
+            tracing::warn!(
+                "--direct: cannot write {:?} with O_DIRECT ({e}); writing through the page cache",
+                file.path().as_str()
+            );
+        });
     }
 }
 
@@ -934,12 +953,13 @@ fn resume_state(shared: &Shared, e: &Arc<Entry>, count: u64) -> HaveState {
         ResumeMode::Resume,
         clobber(&shared.opts),
     ) {
-        Ok((file, held)) => {
+        Ok((mut file, held)) => {
             if held.is_empty() {
                 // Another version's partial, now reset: the file is written afresh.
                 file.discard();
                 return HaveState::Missing;
             }
+            direct_writes(shared, &mut file);
             let mut st = lock(&e.state);
             st.file = Some(Arc::new(file));
             let Some(mut set) = ChunkSet::new(count) else {

@@ -194,6 +194,7 @@ pub fn run(
         Pipeline::Auto => opts.io_threads <= 2 * stream_count,
     };
     stats.set_pipeline(if inline { "inline" } else { "queued" });
+    stats.set_io_mode(opts.direct);
 
     // Queued pipeline: one bounded queue per channel, drained by that channel's senders.
     let mut queues: Queues<Outgoing> = HashMap::new();

@@ -61,6 +61,7 @@ struct Inner {
     failures: Vec<FileRow>,
     scan_errors: Vec<String>,
     pipeline: &'static str,
+    io_mode: &'static str,
     codec_threads: u32,
 }
 
@@ -119,6 +120,11 @@ impl Stats {
     /// Records which pipeline ran.
     pub fn set_pipeline(&self, name: &'static str) {
         self.inner().pipeline = name;
+    }
+
+    /// Records how this side reads or writes large files (`direct` or `buffered`).
+    pub fn set_io_mode(&self, direct: bool) {
+        self.inner().io_mode = if direct { "direct" } else { "buffered" };
     }
 
     /// Records how many compress (source) or decompress (sink) threads ran.
@@ -271,6 +277,7 @@ impl Stats {
                 0.0
             },
             pipeline: i.pipeline,
+            io_mode: i.io_mode,
             codec_threads: i.codec_threads,
             channels: i.channels.clone(),
             plan: plan.clone(),
@@ -308,6 +315,9 @@ pub struct Summary {
     pub throughput_bytes_per_sec: f64,
     /// `inline` or `queued`.
     pub pipeline: &'static str,
+    /// How this side read or wrote large files: `direct` (`O_DIRECT`, where the file
+    /// system allowed it) or `buffered` (the page cache).
+    pub io_mode: &'static str,
     /// Compress (this side sends) or decompress (this side receives) threads the session
     /// ran as a stage of their own; 0: the I/O or network threads did it themselves.
     pub codec_threads: u32,

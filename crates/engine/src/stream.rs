@@ -125,6 +125,7 @@ impl StreamSender {
                 } else {
                     Compression::Lz4
                 },
+                direct: false,
             },
         };
         let session::Opened {

@@ -18,6 +18,8 @@ bitflags_type! {
         const COMPRESS_LZ4 = 1 << 2;
         /// Chunks may be zstd-compressed.
         const COMPRESS_ZSTD = 1 << 3;
+        /// The server honours `Open`'s `DIRECT` option (`O_DIRECT` reads and writes).
+        const DIRECT_IO = 1 << 4;
     }
 }
 

@@ -58,6 +58,9 @@ bitflags_type! {
         const VERIFY = 1 << 4;
         /// Copy directories recursively.
         const RECURSIVE = 1 << 5;
+        /// The server reads (pull) or writes (push) large files with `O_DIRECT`; only
+        /// with the `DIRECT_IO` capability negotiated.
+        const DIRECT = 1 << 6;
     }
 }
 
@@ -83,6 +86,9 @@ pub struct OpenOptions {
     pub recursive: bool,
     /// Compression the client wants (must be in the negotiated capabilities).
     pub compress: Compression,
+    /// The server's large-file I/O bypasses its page cache (`O_DIRECT`); only with the
+    /// `DIRECT_IO` capability negotiated.
+    pub direct: bool,
 }
 
 impl Default for OpenOptions {
@@ -97,6 +103,7 @@ impl Default for OpenOptions {
             verify: false,
             recursive: false,
             compress: Compression::None,
+            direct: false,
         }
     }
 }
@@ -104,7 +111,7 @@ impl Default for OpenOptions {
 /// Client → server: start a transfer.
 ///
 /// Body: `direction u8`, `compress u8`, `options u16` (bits: RESUME 0x01, NO_CLOBBER 0x02,
-/// UPDATE 0x04, FSYNC 0x08, VERIFY 0x10, RECURSIVE 0x20), `streams u16`, `chunk_bytes u32`,
+/// UPDATE 0x04, FSYNC 0x08, VERIFY 0x10, RECURSIVE 0x20, DIRECT 0x40), `streams u16`, `chunk_bytes u32`,
 /// `path_len u16`, `path [path_len]` (UTF-8, ≤ 4096 bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Open {
@@ -139,6 +146,7 @@ impl Body for Open {
         bits.set(OptionBits::FSYNC, o.fsync);
         bits.set(OptionBits::VERIFY, o.verify);
         bits.set(OptionBits::RECURSIVE, o.recursive);
+        bits.set(OptionBits::DIRECT, o.direct);
         out.push(self.direction as u8);
         out.push(o.compress as u8);
         out.put_u16(bits.bits());
@@ -193,6 +201,7 @@ impl Body for Open {
                 verify: bits.contains(OptionBits::VERIFY),
                 recursive: bits.contains(OptionBits::RECURSIVE),
                 compress,
+                direct: bits.contains(OptionBits::DIRECT),
             },
         })
     }

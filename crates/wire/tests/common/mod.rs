@@ -177,7 +177,7 @@ pub fn arb_frame() -> impl Strategy<Value = Frame> {
             "[^\0]{0,64}",
             1u16..=MAX_STREAMS,
             prop_oneof![Just(0u32), arb_chunk_bytes()],
-            any::<[bool; 6]>(),
+            any::<[bool; 7]>(),
             arb_compression()
         )
             .prop_map(|(pull, path, streams, chunk_bytes, b, compress)| {
@@ -198,6 +198,7 @@ pub fn arb_frame() -> impl Strategy<Value = Frame> {
                         verify: b[4],
                         recursive: b[5],
                         compress,
+                        direct: b[6],
                     },
                 })
             }),
