@@ -79,6 +79,36 @@ const SWITCH_GAIN: f64 = 1.05;
 /// Bytes of a chunk a dry run compresses to measure a codec's speed.
 const DRY_RUN_BYTES: usize = 512 << 10;
 
+/// CPU counters at one moment: CPU seconds this process has used, and seconds the
+/// machine's CPUs have spent idle (idle + iowait in `/proc/stat`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct CpuClock {
+    process: f64,
+    idle: f64,
+}
+
+impl CpuClock {
+    /// Now; `None` where `/proc/stat` cannot be read.
+    fn now() -> Option<CpuClock> {
+        let process = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let line = stat.lines().next()?.strip_prefix("cpu ")?;
+        // user nice system idle iowait ...: idle and iowait, in clock ticks.
+        let ticks: u64 = line
+            .split_whitespace()
+            .skip(3)
+            .take(2)
+            .map(|f| f.parse::<u64>().ok())
+            .sum::<Option<u64>>()?;
+        let hz = rustix::param::clock_ticks_per_second();
+        #[allow(clippy::cast_precision_loss)]
+        Some(CpuClock {
+            process: process.tv_sec as f64 + process.tv_nsec as f64 * 1e-9,
+            idle: ticks as f64 / hz as f64,
+        })
+    }
+}
+
 /// The adaptive choice, measured end to end. `auto` runs one codec at a time for an
 /// epoch of [`EPOCH_CHUNKS`] chunks, across every thread of the session, and measures
 /// the *goodput* (original bytes per second onto the wire) that epoch achieved. Whatever
@@ -99,6 +129,15 @@ pub struct AutoController {
     epoch: u64,
     /// When the warm-up's last chunk went out (seconds), and bytes of the chunks after it.
     first_sent: Option<f64>,
+    /// The CPU counters then (sampled in raw epochs only).
+    first_cpu: Option<CpuClock>,
+    /// What sending raw costs: CPU seconds of this process per original byte, and the
+    /// cores it could use (its own busy ones plus the machine's idle ones), from the
+    /// last raw epoch. A codec adds its own cost per byte to the first; if that leaves
+    /// no more goodput than raw had, the CPU is the bottleneck and the codec is not tried.
+    raw_cost: Option<(f64, f64)>,
+    /// CPUs this process may run on.
+    cores: f64,
     bytes: u64,
     chunks: u32,
     /// Measured goodput per codec, bytes per second (smoothed).
@@ -122,6 +161,9 @@ impl Default for AutoController {
             current: 0,
             epoch: 0,
             first_sent: None,
+            first_cpu: None,
+            raw_cost: None,
+            cores: f64::INFINITY,
             bytes: 0,
             chunks: 0,
             rate: [None; 3],
@@ -171,14 +213,21 @@ impl AutoController {
         self.speed[i] = Some(bytes_per_sec);
     }
 
-    /// The most goodput codec `i` could give: every thread compressing flat out.
+    /// The most goodput codec `i` could give: every thread compressing flat out, and no
+    /// more than the CPU left for it allows once raw sending's own cost is paid.
     fn ceiling(&self, i: usize) -> Option<f64> {
-        self.speed[i].map(|s| s * f64::from(self.threads.max(1)))
+        let speed = self.speed[i]?;
+        let threads = speed * f64::from(self.threads.max(1));
+        Some(match self.raw_cost {
+            Some((cost, cores)) => threads.min(cores / (cost + 1.0 / speed)),
+            None => threads,
+        })
     }
 
     /// A chunk of `payload` original bytes, compressed in `epoch`, went onto the wire
-    /// (its socket write returned, or the senders' queue took it) at `now` seconds.
-    fn sent(&mut self, epoch: u64, payload: u64, now: f64) {
+    /// (its socket write returned, or the senders' queue took it) at `now` seconds;
+    /// `cpu` reads the CPU counters (called at most twice an epoch, in raw epochs).
+    fn sent(&mut self, epoch: u64, payload: u64, now: f64, cpu: &dyn Fn() -> Option<CpuClock>) {
         if epoch != self.epoch {
             return;
         }
@@ -188,13 +237,22 @@ impl AutoController {
         if self.chunks < EPOCH_WARMUP {
             return;
         }
+        let raw = self.current == 0;
         let Some(t0) = self.first_sent else {
             self.first_sent = Some(now);
+            self.first_cpu = if raw { cpu() } else { None };
             return;
         };
         self.bytes += payload;
         if self.chunks >= EPOCH_CHUNKS {
-            self.close(now - t0);
+            let secs = (now - t0).max(1e-9);
+            let load = match (self.first_cpu, if raw { cpu() } else { None }) {
+                (Some(a), Some(b)) => {
+                    Some(((b.process - a.process) / secs, (b.idle - a.idle) / secs))
+                }
+                _ => None,
+            };
+            self.close(secs, load);
         }
     }
 
@@ -203,9 +261,15 @@ impl AutoController {
         self.ceiling(i).is_some_and(|c| c > SWITCH_GAIN * top)
     }
 
-    fn close(&mut self, secs: f64) {
+    /// Ends the epoch: it moved its bytes in `secs`; `load` is the cores this process kept
+    /// busy and the cores idle on the machine meanwhile (raw epochs).
+    fn close(&mut self, secs: f64, load: Option<(f64, f64)>) {
         let r = self.bytes as f64 / secs.max(1e-9);
         let c = self.current;
+        if let Some((busy, idle)) = load.filter(|_| r > 0.0) {
+            let idle = idle.clamp(0.0, (self.cores - busy).max(0.0));
+            self.raw_cost = Some((busy / r, busy + idle));
+        }
         self.rate[c] = Some(match self.rate[c] {
             None => r,
             Some(old) => old + 0.5 * (r - old),
@@ -232,8 +296,12 @@ impl AutoController {
             Some(i) => i,
             None if probe => {
                 self.probes += 1;
+                // Raw always (it costs no CPU); a codec only while it could still win.
                 let others: Vec<usize> = (0..CANDIDATES.len())
-                    .filter(|&i| i != self.best && (i == 0 || self.rate[i].is_some()))
+                    .filter(|&i| {
+                        i != self.best
+                            && (i == 0 || (self.rate[i].is_some() && self.could_win(i, top)))
+                    })
                     .collect();
                 others
                     .get(self.probes % others.len().max(1))
@@ -253,6 +321,7 @@ impl AutoController {
         );
         self.epoch += 1;
         self.first_sent = None;
+        self.first_cpu = None;
         self.bytes = 0;
         self.chunks = 0;
         self.picked = 0;
@@ -274,9 +343,15 @@ pub struct SharedAuto {
 impl SharedAuto {
     /// A fresh controller, its clock starting now.
     pub fn new() -> Arc<SharedAuto> {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        #[allow(clippy::cast_precision_loss)]
+        let ctl = AutoController {
+            cores: cores as f64,
+            ..AutoController::default()
+        };
         Arc::new(SharedAuto {
             origin: Instant::now(),
-            ctl: Mutex::new(AutoController::default()),
+            ctl: Mutex::new(ctl),
         })
     }
 
@@ -444,7 +519,9 @@ impl Compressor {
             return;
         }
         let now = self.auto.origin.elapsed().as_secs_f64();
-        self.auto.lock().sent(self.epoch, payload as u64, now);
+        self.auto
+            .lock()
+            .sent(self.epoch, payload as u64, now, &CpuClock::now);
     }
 }
 
@@ -636,7 +713,7 @@ mod tests {
             let i = pick.codec;
             let goodput = (link / ratio[i]).min(cpu[i]);
             *t += CHUNK / goodput;
-            a.sent(pick.epoch, CHUNK as u64, *t);
+            a.sent(pick.epoch, CHUNK as u64, *t, &|| None);
         }
         CANDIDATES[a.best()]
     }
@@ -685,7 +762,7 @@ mod tests {
         );
         // A chunk of an earlier epoch arriving late changes nothing.
         let before = a.clone();
-        a.sent(a.epoch.wrapping_sub(1), 1 << 30, t + 1e-6);
+        a.sent(a.epoch.wrapping_sub(1), 1 << 30, t + 1e-6, &|| None);
         assert_eq!(
             (a.bytes, a.chunks, a.epoch),
             (before.bytes, before.chunks, before.epoch)
@@ -709,7 +786,7 @@ mod tests {
             }
             assert_eq!(pick.codec, 0, "epoch {} compressed", pick.epoch);
             t += 4.0 * 1048576.0 / (2000.0 * MB);
-            a.sent(pick.epoch, 4 << 20, t);
+            a.sent(pick.epoch, 4 << 20, t, &|| None);
         }
     }
 
@@ -729,11 +806,82 @@ mod tests {
             let i = pick.codec;
             on_best += u32::from(i == 1);
             t += 4.0 * 1048576.0 / (125.0 * MB / ratio[i]).min(cpu[i]);
-            a.sent(pick.epoch, 4 << 20, t);
+            a.sent(pick.epoch, 4 << 20, t, &|| None);
         }
         assert!(
             on_best >= 800 - 800 / PROBE_EVERY - EPOCH_CHUNKS,
             "{on_best} of 800"
+        );
+    }
+
+    /// A machine of `cores` CPUs on which sending raw (both ends, as on loopback) costs
+    /// `raw_cost` CPU seconds per byte and codec `i` another `1 / speed[i]`: codec `i`
+    /// delivers min(link / ratio, threads × speed, cores / its whole cost). The CPU
+    /// counters the controller reads are this machine's. Returns the codec of each chunk.
+    fn drive_cpu(
+        a: &mut AutoController,
+        speed: [f64; 3],
+        ratio: [f64; 3],
+        link: f64,
+        raw_cost: f64,
+        n: u32,
+    ) -> Vec<usize> {
+        use std::cell::Cell;
+        const CHUNK: f64 = 4.0 * 1048576.0;
+        let (t, busy, idle) = (Cell::new(0.0), Cell::new(0.0), Cell::new(0.0));
+        let (cores, threads) = (a.cores, f64::from(a.threads));
+        let mut codecs = Vec::new();
+        for _ in 0..n {
+            let pick = a.pick();
+            if let Some(d) = pick.dry {
+                a.observe_speed(d, speed[d]);
+            }
+            let i = pick.codec;
+            let cost = raw_cost + if i == 0 { 0.0 } else { 1.0 / speed[i] };
+            let goodput = (link / ratio[i]).min(threads * speed[i]).min(cores / cost);
+            let dt = CHUNK / goodput;
+            let used = goodput * cost;
+            t.set(t.get() + dt);
+            busy.set(busy.get() + used * dt);
+            idle.set(idle.get() + (cores - used) * dt);
+            let clock = || {
+                Some(CpuClock {
+                    process: busy.get(),
+                    idle: idle.get(),
+                })
+            };
+            a.sent(pick.epoch, CHUNK as u64, t.get(), &clock);
+            codecs.push(i);
+        }
+        codecs
+    }
+
+    #[test]
+    fn auto_never_compresses_when_the_cpu_not_the_link_is_the_limit() {
+        // Loopback on 2 cores: raw saturates both at 600 MB/s. By their dry runs LZ4
+        // (700 MB/s per thread) and zstd-1 (300) on 2 threads could carry 1,400 and 600
+        // MB/s, but every byte they compress is CPU that raw sending needs: no epoch may
+        // compress (that cost 7-47 % of loopback goodput before the CPU was counted).
+        let mut a = AutoController {
+            threads: 2,
+            cores: 2.0,
+            ..AutoController::default()
+        };
+        let (speed, ratio) = ([f64::INFINITY, 700.0 * MB, 300.0 * MB], [1.0, 0.5, 0.38]);
+        let codecs = drive_cpu(&mut a, speed, ratio, 3000.0 * MB, 2.0 / (600.0 * MB), 800);
+        assert!(codecs.iter().all(|&c| c == 0), "{codecs:?}");
+        // The same machine behind a 1 Gbit/s link: the CPU is mostly idle, so a codec
+        // is tried and kept.
+        let mut a = AutoController {
+            threads: 2,
+            cores: 2.0,
+            ..AutoController::default()
+        };
+        let codecs = drive_cpu(&mut a, speed, ratio, 125.0 * MB, 2.0 / (600.0 * MB), 800);
+        let compressed = codecs[400..].iter().filter(|&&c| c != 0).count();
+        assert!(
+            compressed >= 400 - 400 / PROBE_EVERY as usize - EPOCH_CHUNKS as usize,
+            "{compressed} of 400"
         );
     }
 
