@@ -124,6 +124,8 @@ main() {
     # compression on the wire: `--compress CODEC` where this sluice has it, else threads only
     COMPRESS_FLAG=0
     "$SLUICE" cp --help 2>/dev/null | grep -q -- '--compress <CODEC>' && COMPRESS_FLAG=1
+    BUFFERED_FLAG=0
+    "$SLUICE" cp --help 2>/dev/null | grep -q -- '--buffered' && BUFFERED_FLAG=1
     GIT_REV=$(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)
     GIT_DIRTY=$(cd "$REPO" && git status --porcelain -- crates Cargo.lock 2>/dev/null | grep -c .)
     [ "$GIT_DIRTY" = 0 ] && GIT_DIRTY=""
@@ -159,6 +161,9 @@ main() {
         [ -f "$DATA/.$w.ok" ] || continue
         for t in cp tar-tar sluice; do run_transfer transfer "$w" "$t" "$REPS"; done
         case $w in
+            big | many)  # direct I/O (the default) against the page cache
+                run_sluice_variant transfer "$w" buffered
+                ;;
             tomo | tree-tar)  # compressible: sluice with compression on the wire as well
                 run_sluice_variant transfer "$w" lz4
                 [ "$w" = tomo ] && run_sluice_variant transfer "$w" auto

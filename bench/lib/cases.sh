@@ -133,10 +133,14 @@ run_transfer() {
     done
 }
 
-# run_sluice_variant SECTION WORKLOAD lz4|auto: sluice with compression on the wire.
+# run_sluice_variant SECTION WORKLOAD lz4|auto|buffered: sluice with compression on the
+# wire, or with large files through the page cache instead of O_DIRECT (the default).
 run_sluice_variant() {
     local section=$1 wl=$2 v=$3
-    if [ "$COMPRESS_FLAG" = 1 ]; then
+    if [ "$v" = buffered ]; then
+        [ "$BUFFERED_FLAG" = 1 ] || return 0  # this sluice has no --buffered
+        SLUICE_CLI_EXTRA="--buffered" SLUICE_SRV_EXTRA=""
+    elif [ "$COMPRESS_FLAG" = 1 ]; then
         SLUICE_CLI_EXTRA="--compress $v" SLUICE_SRV_EXTRA=""
     elif [ "$v" = lz4 ]; then
         SLUICE_CLI_EXTRA="--compress-threads 1" SLUICE_SRV_EXTRA="--decompress-threads 1"
