@@ -10,9 +10,10 @@ use sluice_engine::daemon::{serve, ServeConfig};
 use sluice_engine::stats::Stats;
 use sluice_engine::{Pipeline, Runtime, SessionOptions};
 use sluice_placement::Plan;
+use sluice_topology::Machine;
 use sluice_wire::Token;
 use std::io::IsTerminal;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -133,8 +134,16 @@ pub fn read_token(path: &PathBuf) -> Result<Token> {
 
 /// Plans and allocates this process's runtime (pools sized once, here).
 fn runtime_for(job: &JobArgs, topology: &str, side: Side) -> Result<Arc<Runtime>> {
-    let machine = load_machine(topology)?;
-    let mut plan = job.plan(&machine, side)?;
+    runtime_on(&load_machine(topology)?, job, topology, side)
+}
+
+fn runtime_on(
+    machine: &Machine,
+    job: &JobArgs,
+    topology: &str,
+    side: Side,
+) -> Result<Arc<Runtime>> {
+    let mut plan = job.plan(machine, side)?;
     if topology != "this" {
         tracing::warn!(
             "the plan is for {topology}, not this machine: threads and buffers run unbound here"
@@ -144,6 +153,35 @@ fn runtime_for(job: &JobArgs, topology: &str, side: Side) -> Result<Arc<Runtime>
     Ok(Arc::new(
         Runtime::new(plan).context("allocating buffer pools")?,
     ))
+}
+
+/// One address for each NIC of `plan`'s channels that has one: its first IPv4 address,
+/// or (listening on IPv6, which also takes IPv4) its first IPv6 address that is not
+/// link-local (those need a scope the client cannot know).
+fn nic_addresses(machine: &Machine, plan: &Plan, ipv6: bool) -> Vec<(String, IpAddr)> {
+    let mut out: Vec<(String, IpAddr)> = Vec::new();
+    for name in plan.channels.iter().flat_map(|c| c.nics.iter()) {
+        if out.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        let Some(nic) = machine.nic(name) else {
+            continue;
+        };
+        let ips: Vec<IpAddr> = nic
+            .addresses
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        let v4 = ips.iter().find(|ip| ip.is_ipv4());
+        let v6 = ips.iter().find(|ip| match ip {
+            IpAddr::V6(v6) => !v6.is_unicast_link_local() && !v6.is_unspecified(),
+            IpAddr::V4(_) => false,
+        });
+        if let Some(ip) = v4.or(v6.filter(|_| ipv6)) {
+            out.push((name.clone(), *ip));
+        }
+    }
+    out
 }
 
 fn unbind(plan: &mut Plan) {
@@ -175,9 +213,20 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
         compressing: true,
         ..args.job.clone()
     };
-    let runtime = runtime_for(&job, &args.topology, Side::Both)?;
+    let machine = load_machine(&args.topology)?;
+    let runtime = runtime_on(&machine, &job, &args.topology, Side::Both)?;
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
+    // Listening on every address, the daemon can tell each data connection which NIC
+    // to use: the one of the channel that serves it.
+    let nic_addresses = if args.listen.ip().is_unspecified() && args.topology == "this" {
+        nic_addresses(&machine, runtime.plan(), args.listen.is_ipv6())
+    } else {
+        Vec::new()
+    };
+    for (nic, ip) in &nic_addresses {
+        tracing::info!("advertising {ip} for the data connections of the channel of {nic}");
+    }
     let addr = listener.local_addr()?;
     let plan = runtime.plan();
     if args.json {
@@ -198,6 +247,7 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
         io_threads: args.job.io_threads,
         max_connections: args.max_connections,
         runtime,
+        nic_addresses,
     };
     serve(listener, cfg)?;
     Ok(ExitCode::Ok)

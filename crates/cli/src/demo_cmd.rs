@@ -154,6 +154,7 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
         io_threads: args.job.io_threads,
         max_connections: 64,
         runtime: server_runtime,
+        nic_addresses: Vec::new(),
     };
     std::thread::Builder::new()
         .name("daemon".into())

@@ -1620,6 +1620,65 @@ fn data_connections_spread_over_every_address_of_the_daemon() {
 }
 
 #[test]
+fn data_connections_go_where_the_daemon_advertises_its_channels_nics() {
+    // A daemon on every address, its channel driving `lo` (127.0.0.1): it tells the
+    // client to connect every data connection there, although the client dialled
+    // 127.0.0.2. An explicit host list still wins.
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let token = t.path().join("token");
+    write(&token, b"advertised\n");
+    let src = t.path().join("src");
+    write(&src.join("small.txt"), b"small");
+    write_big(&src.join("big.bin"), 7, 90);
+    let d = Daemon::start_with(
+        &root,
+        &[
+            "--listen",
+            "0.0.0.0:0",
+            "--token-file",
+            s(&token),
+            "--nic",
+            "lo",
+            "--log",
+            "info",
+        ],
+        &[],
+    );
+    let port = d.addr.rsplit_once(':').map(|(_, p)| p).unwrap();
+    let on = |log: &str, local: &str| {
+        log.lines()
+            .filter(|l| l.contains("data connection") && l.contains(&format!(" on {local}:")))
+            .count()
+    };
+    let push = |dest: &str, what: &str| {
+        let url = format!("sluice://{dest}:{port}/{what}/");
+        cp(&[
+            "-r",
+            "--streams",
+            "4",
+            "--token-file",
+            s(&token),
+            s(&src),
+            &url,
+        ])
+        .ok();
+        assert_same_tree(&src, &root.join(what).join("src"));
+    };
+    push("127.0.0.2", "advertised");
+    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+    assert!(log.contains("advertising 127.0.0.1"), "{log}");
+    assert_eq!(on(&log, "127.0.0.1"), 4, "{log}");
+    assert_eq!(on(&log, "127.0.0.2"), 0, "{log}");
+    push("127.0.0.2,127.0.0.3", "listed");
+    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+    assert_eq!(on(&log, "127.0.0.1"), 4, "the list was followed: {log}");
+    assert_eq!(on(&log, "127.0.0.2"), 2, "{log}");
+    assert_eq!(on(&log, "127.0.0.3"), 2, "{log}");
+}
+
+#[test]
 fn token_is_required_checked_and_the_daemon_keeps_serving() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("root");
@@ -1946,8 +2005,15 @@ fn regression_pull_failed_when_data_followed_the_joined_answer_at_once() {
             chunk_bytes: 1 << 20,
         };
         let mut table = JoinTable::new(&accept, est.join_key(&accept.session_secret));
+        // Both ends offer every capability: `Addresses` (none) follows `Accept`.
+        assert!(est
+            .capabilities
+            .contains(sluice_wire::Capabilities::ADDRESSES));
         control
-            .write_all(&encode(&[Frame::Accept(accept.clone())]))
+            .write_all(&encode(&[
+                Frame::Accept(accept.clone()),
+                Frame::Addresses(sluice_wire::Addresses::default()),
+            ]))
             .expect("send");
         let (mut data, _) = listener.accept().expect("data");
         data.set_read_timeout(Some(Duration::from_secs(30)))

@@ -16,7 +16,10 @@ use crate::transport::{self, ChunkReceiver, ChunkSender, FrameReader, FrameWrite
 use crate::SessionOptions;
 use crossbeam_channel::{bounded, Sender};
 use sluice_placement::Role as PlanRole;
-use sluice_wire::{Accept, Direction, ErrorCode, ErrorFrame, Frame, JoinTable, Token, MAX_STREAMS};
+use sluice_wire::{
+    Accept, Addresses, Direction, ErrorCode, ErrorFrame, Frame, JoinTable, StreamAddress, Token,
+    MAX_STREAMS,
+};
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,6 +38,45 @@ pub struct ServeConfig {
     pub io_threads: u32,
     /// Connections handled at once (control + data); more are refused.
     pub max_connections: usize,
+    /// The address clients reach each NIC of the plan at, by NIC name: a session
+    /// advertises, for each data connection, the NIC of the channel whose thread serves
+    /// it (Tyche's channels mapped to NICs). Empty: clients use the address they dialled
+    /// (a daemon listening on one address can only be reached there).
+    pub nic_addresses: Vec<(String, std::net::IpAddr)>,
+}
+
+/// Where each of `streams` data connections should go: data connection `i` is served
+/// by a thread of channel `channel_of(i)`, whose NICs are `nics_of(channel)`; the
+/// channel's streams take its NICs that have an address in `nic_addresses` in turn.
+/// Streams of a channel with no such NIC get no entry (they go where the client
+/// dialled).
+pub fn stream_addresses<'a>(
+    streams: u16,
+    channel_of: impl Fn(u16) -> u32,
+    nics_of: impl Fn(u32) -> &'a [String],
+    nic_addresses: &[(String, std::net::IpAddr)],
+    port: u16,
+) -> Addresses {
+    let mut taken: HashMap<u32, usize> = HashMap::new();
+    let mut entries = Vec::new();
+    for i in 0..streams {
+        let channel = channel_of(i);
+        let ips: Vec<std::net::IpAddr> = nics_of(channel)
+            .iter()
+            .filter_map(|n| nic_addresses.iter().find(|(name, _)| name == n))
+            .map(|(_, ip)| *ip)
+            .collect();
+        if ips.is_empty() {
+            continue;
+        }
+        let k = taken.entry(channel).or_default();
+        entries.push(StreamAddress {
+            stream_index: i,
+            addr: std::net::SocketAddr::new(ips[*k % ips.len()], port),
+        });
+        *k += 1;
+    }
+    Addresses { entries }
 }
 
 /// A session waiting for its data connections.
@@ -48,6 +90,8 @@ struct Daemon {
     root: Arc<Root>,
     pending: Mutex<HashMap<u64, Pending>>,
     connections: AtomicUsize,
+    /// The port the daemon listens on (advertised with its NICs' addresses).
+    port: u16,
 }
 
 /// Serves forever on `listener` (bound by the caller, so it can print the address).
@@ -56,11 +100,16 @@ struct Daemon {
 /// The root cannot be opened, or accepting fails persistently.
 pub fn serve(listener: TcpListener, cfg: ServeConfig) -> Result<(), EngineError> {
     let root = Arc::new(Root::open(&cfg.root)?);
+    let port = listener
+        .local_addr()
+        .map_err(|e| EngineError::io("reading the listening address", e))?
+        .port();
     let daemon = Arc::new(Daemon {
         cfg,
         root,
         pending: Mutex::new(HashMap::new()),
         connections: AtomicUsize::new(0),
+        port,
     });
     for conn in listener.incoming() {
         let stream = match conn {
@@ -284,7 +333,24 @@ impl Daemon {
                     streams: tx,
                 },
             );
-        writer.send(&Frame::Accept(accept.clone()))?;
+        let net_role = match open.direction {
+            Direction::Push => PlanRole::NetRecv,
+            Direction::Pull => PlanRole::NetSend,
+        };
+        let plan = runtime.plan();
+        let addresses = stream_addresses(
+            streams,
+            |i| runtime.pool_for(net_role, u32::from(i)).0,
+            |c| {
+                plan.channels
+                    .iter()
+                    .find(|ch| ch.id == c)
+                    .map_or(&[][..], |ch| &ch.nics[..])
+            },
+            &self.cfg.nic_addresses,
+            self.port,
+        );
+        session::send_accept(writer, &est, &accept, addresses)?;
         // Collect the data connections.
         let mut conns: Vec<Option<TcpStream>> = (0..streams).map(|_| None).collect();
         let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
@@ -424,4 +490,63 @@ pub(crate) fn run_role(
     drop(control);
     let _ = writer_thread.join();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+
+    #[test]
+    fn each_stream_gets_a_nic_of_the_channel_that_serves_it_in_turn() {
+        // Streams alternate over two channels; channel 0 drives eth1, channel 1 drives
+        // eth2 and eth3 (eth3 without an address); channel 2 drives nothing.
+        let nics: [Vec<String>; 3] = [
+            vec!["eth1".into()],
+            vec!["eth2".into(), "eth3".into(), "eth4".into()],
+            vec![],
+        ];
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let addrs = vec![
+            ("eth1".to_string(), ip("10.0.1.2")),
+            ("eth2".to_string(), ip("10.0.2.2")),
+            ("eth4".to_string(), ip("fd00::4")),
+        ];
+        let a = stream_addresses(
+            6,
+            |i| u32::from(i % 2),
+            |c| &nics[c as usize][..],
+            &addrs,
+            7878,
+        );
+        let got: Vec<String> = (0..6).map(|i| a.of(i).unwrap().to_string()).collect();
+        assert_eq!(
+            got,
+            [
+                "10.0.1.2:7878",
+                "10.0.2.2:7878",
+                "10.0.1.2:7878",
+                "[fd00::4]:7878",
+                "10.0.1.2:7878",
+                "10.0.2.2:7878",
+            ]
+        );
+        // A channel without a NIC that has an address: its streams get no entry.
+        let a = stream_addresses(
+            3,
+            |i| if i == 1 { 2 } else { 0 },
+            |c| &nics[c as usize][..],
+            &addrs,
+            1,
+        );
+        assert_eq!(
+            a.entries.iter().map(|e| e.stream_index).collect::<Vec<_>>(),
+            [0, 2]
+        );
+        assert!(
+            stream_addresses(4, |_| 0, |c| &nics[c as usize][..], &[], 1)
+                .entries
+                .is_empty()
+        );
+    }
 }

@@ -5,7 +5,7 @@ use crate::error::EngineError;
 use crate::transport;
 use crate::transport::{FrameReader, FrameWriter};
 use sluice_wire::{
-    Accept, Capabilities, ClientConfig, ClientHandshake, ClientJoin, Established, Frame,
+    Accept, Addresses, Capabilities, ClientConfig, ClientHandshake, ClientJoin, Established, Frame,
     HandshakeStatus, Open, RelPath, ServerConfig, ServerHandshake, Token,
 };
 use std::net::TcpStream;
@@ -232,15 +232,31 @@ pub fn open_session(addrs: &str, token: Option<Token>, open: Open) -> Result<Ope
             })
         }
     };
+    let advertised = if est.capabilities.contains(Capabilities::ADDRESSES) {
+        match reader.next("waiting for Addresses")? {
+            Some(Frame::Addresses(a)) => a,
+            Some(other) => {
+                return Err(EngineError::Unexpected {
+                    peer: addr.to_string(),
+                    got: other.frame_type().name().to_string(),
+                    state: "waiting for Addresses".into(),
+                })
+            }
+            None => {
+                return Err(EngineError::Disconnected {
+                    peer: addr.to_string(),
+                    state: "waiting for Addresses".into(),
+                })
+            }
+        }
+    } else {
+        Addresses::default()
+    };
     let key = est.join_key(&accept.session_secret);
     let mut conns = Vec::new();
     for i in 0..accept.streams() {
-        let addr = all
-            .get(usize::from(i) % all.len().max(1))
-            .copied()
-            .unwrap_or(addr);
-        let s = TcpStream::connect(addr)
-            .map_err(|e| EngineError::io(format!("opening data connection {i} to {addr}"), e))?;
+        let (s, addr) = connect_data(i, &all, addr, &advertised)?;
+        let addr = addr.as_str();
         transport::tune(&s, true).map_err(|e| EngineError::io("configuring a socket", e))?;
         let mut join = ClientJoin::new(&accept, &key, i).map_err(|e| EngineError::Handshake {
             peer: addr.to_string(),
@@ -286,6 +302,62 @@ pub fn open_session(addrs: &str, token: Option<Token>, open: Open) -> Result<Ope
         accept,
         data: conns,
     })
+}
+
+/// How long a data connection to an address the daemon advertised may take before the
+/// client falls back to the address it was given.
+const ADVERTISED_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Opens data connection `i`: to the user's host list when it names several addresses
+/// (`i mod n`), else to the address the daemon advertised for stream `i` (the NIC of
+/// the channel that serves it), falling back to `named` when that one cannot be reached.
+/// Returns the connection and where it went.
+fn connect_data(
+    i: u16,
+    hosts: &[&str],
+    named: &str,
+    advertised: &Addresses,
+) -> Result<(TcpStream, String), EngineError> {
+    let target = match advertised.of(i) {
+        Some(a) if hosts.len() <= 1 => {
+            match TcpStream::connect_timeout(&a, ADVERTISED_CONNECT_TIMEOUT) {
+                Ok(s) => {
+                    tracing::debug!("data connection {i} to {a}, as the daemon advertised");
+                    return Ok((s, a.to_string()));
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "data connection {i}: the daemon's address {a} cannot be reached ({e}); using {named}"
+                    );
+                    named
+                }
+            }
+        }
+        _ => hosts
+            .get(usize::from(i) % hosts.len().max(1))
+            .copied()
+            .unwrap_or(named),
+    };
+    TcpStream::connect(target)
+        .map(|s| (s, target.to_string()))
+        .map_err(|e| EngineError::io(format!("opening data connection {i} to {target}"), e))
+}
+
+/// Sends `Accept` and, when the client understands it, the `Addresses` that follow it.
+///
+/// # Errors
+/// The control connection failed.
+pub fn send_accept(
+    writer: &mut FrameWriter,
+    est: &Established,
+    accept: &Accept,
+    addresses: Addresses,
+) -> Result<(), EngineError> {
+    writer.send(&Frame::Accept(accept.clone()))?;
+    if est.capabilities.contains(Capabilities::ADDRESSES) {
+        writer.send(&Frame::Addresses(addresses))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

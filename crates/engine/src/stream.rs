@@ -402,7 +402,12 @@ pub fn receive_to(
         chunk_bytes: runtime.chunk_bytes(),
     };
     let mut table = JoinTable::new(&accept, est.join_key(&accept.session_secret));
-    writer.send(&Frame::Accept(accept.clone()))?;
+    session::send_accept(
+        &mut writer,
+        &est,
+        &accept,
+        sluice_wire::Addresses::default(),
+    )?;
     let mut conns: Vec<Option<TcpStream>> = (0..streams).map(|_| None).collect();
     for _ in 0..streams {
         let (s, _) = listener

@@ -74,6 +74,18 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                 },
             }),
             Frame::Accept(accept.clone()),
+            Frame::Addresses(Addresses {
+                entries: vec![
+                    StreamAddress {
+                        stream_index: 0,
+                        addr: "10.0.1.2:7878".parse().unwrap(),
+                    },
+                    StreamAddress {
+                        stream_index: 1,
+                        addr: "[fd00::2]:7878".parse().unwrap(),
+                    },
+                ],
+            }),
         ],
         &[],
     );

@@ -221,6 +221,50 @@ fn accept_channel_and_stream_limits() {
     assert!(Frame::decode(&mk(16, 16)).is_ok());
 }
 
+#[test]
+fn addresses_are_bounded_ordered_and_well_formed() {
+    let entry = |stream: u16, family: u8, ip: &[u8], port: u16| {
+        let mut b = stream.to_le_bytes().to_vec();
+        b.push(family);
+        b.extend_from_slice(ip);
+        b.extend_from_slice(&port.to_le_bytes());
+        b
+    };
+    let mk = |count: u16, entries: &[Vec<u8>]| {
+        let mut b = count.to_le_bytes().to_vec();
+        for e in entries {
+            b.extend_from_slice(e);
+        }
+        raw_frame(FrameType::Addresses, 0, &b)
+    };
+    let v4 = |s| entry(s, 4, &[10, 0, 1, 2], 7878);
+    let (ok, _) = Frame::decode(&mk(2, &[v4(0), entry(3, 6, &[0; 16], 1)])).unwrap();
+    let Frame::Addresses(a) = ok else {
+        panic!("{ok:?}")
+    };
+    assert_eq!(a.of(0), Some("10.0.1.2:7878".parse().unwrap()));
+    assert_eq!(a.of(3), Some("[::]:1".parse().unwrap()));
+    assert_eq!(a.of(1), None);
+    // More entries than streams can exist: refused before anything is allocated.
+    assert_limit(
+        Frame::decode(&mk(MAX_STREAMS + 1, &[])).unwrap_err(),
+        "Addresses.count",
+        MAX_STREAMS.into(),
+    );
+    let invalid = |bytes: Vec<u8>, field: &str| {
+        let e = Frame::decode(&bytes).unwrap_err();
+        assert!(
+            matches!(&e, DecodeError::InvalidValue { field: f, .. } if *f == field),
+            "{field}: {e:?}"
+        );
+    };
+    invalid(mk(2, &[v4(1), v4(1)]), "Addresses.stream_index");
+    invalid(mk(2, &[v4(2), v4(1)]), "Addresses.stream_index");
+    invalid(mk(1, &[v4(MAX_STREAMS)]), "Addresses.stream_index");
+    invalid(mk(1, &[entry(0, 5, &[1, 2, 3, 4], 1)]), "Addresses.family");
+    invalid(mk(1, &[entry(0, 4, &[1, 2, 3, 4], 0)]), "Addresses.port");
+}
+
 fn chunk_bytes_raw(raw_len: u32, wire_len: u32, segments: u16, flags: u8, table: usize) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend_from_slice(&1u64.to_le_bytes());

@@ -20,6 +20,9 @@ bitflags_type! {
         const COMPRESS_ZSTD = 1 << 3;
         /// The server honours `Open`'s `DIRECT` option (`O_DIRECT` reads and writes).
         const DIRECT_IO = 1 << 4;
+        /// The server follows `Accept` with `Addresses` (where each data connection
+        /// should go: the NIC of the channel that will serve it).
+        const ADDRESSES = 1 << 5;
     }
 }
 

@@ -16,7 +16,10 @@ pub use handshake::{AuthOk, AuthProof, Capabilities, Hello, Welcome};
 pub use manifest::{
     ChunkSet, FileEntry, FileKind, Have, HaveState, Manifest, ManifestEnd, SkipReason,
 };
-pub use session::{Accept, Compression, Direction, Join, Joined, Open, OpenOptions, OptionBits};
+pub use session::{
+    Accept, Addresses, Compression, Direction, Join, Joined, Open, OpenOptions, OptionBits,
+    StreamAddress,
+};
 
 use crate::chunk::Chunk;
 use crate::codec::{encode_frame, split_frame, Codec, FrameType, Reader};
@@ -73,6 +76,7 @@ body_codec!(
     AuthOk,
     Open,
     Accept,
+    Addresses,
     Join,
     Joined,
     Manifest,
@@ -102,6 +106,8 @@ pub enum Frame {
     Open(Open),
     /// See [`Accept`].
     Accept(Accept),
+    /// See [`Addresses`].
+    Addresses(Addresses),
     /// See [`Join`].
     Join(Join),
     /// See [`Joined`].
@@ -140,6 +146,7 @@ impl Frame {
             Frame::AuthOk(_) => FrameType::AuthOk,
             Frame::Open(_) => FrameType::Open,
             Frame::Accept(_) => FrameType::Accept,
+            Frame::Addresses(_) => FrameType::Addresses,
             Frame::Join(_) => FrameType::Join,
             Frame::Joined(_) => FrameType::Joined,
             Frame::Chunk(_) => FrameType::Chunk,
@@ -172,6 +179,7 @@ impl Frame {
             FrameType::AuthOk => Frame::AuthOk(decode_body(body)?),
             FrameType::Open => Frame::Open(decode_body(body)?),
             FrameType::Accept => Frame::Accept(decode_body(body)?),
+            FrameType::Addresses => Frame::Addresses(decode_body(body)?),
             FrameType::Join => Frame::Join(decode_body(body)?),
             FrameType::Joined => Frame::Joined(decode_body(body)?),
             FrameType::Chunk => Frame::Chunk(Chunk::decode_body(header, body, max_chunk_bytes)?),
@@ -199,6 +207,7 @@ impl Codec for Frame {
             Frame::AuthOk(f) => f.encode(out),
             Frame::Open(f) => f.encode(out),
             Frame::Accept(f) => f.encode(out),
+            Frame::Addresses(f) => f.encode(out),
             Frame::Join(f) => f.encode(out),
             Frame::Joined(f) => f.encode(out),
             Frame::Chunk(f) => f.encode(out),
@@ -236,6 +245,7 @@ frame_from!(
     AuthOk,
     Open,
     Accept,
+    Addresses,
     Join,
     Joined,
     Chunk,

@@ -1,5 +1,5 @@
-//! Session frames: `Open`, `Accept` (control connection), `Join`, `Joined` (data
-//! connections).
+//! Session frames: `Open`, `Accept`, `Addresses` (control connection), `Join`, `Joined`
+//! (data connections).
 
 use super::Body;
 use crate::codec::{bitflags_type, FrameType, Put, Reader};
@@ -7,6 +7,7 @@ use crate::error::DecodeError;
 use crate::integrity::is_valid_chunk_bytes;
 use crate::limits::{MAX_CHANNELS, MAX_PATH_BYTES, MAX_STREAMS};
 use crate::path::{PathError, RelPath};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Which way the data flows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -293,6 +294,101 @@ impl Body for Accept {
             });
         }
         Ok(a)
+    }
+}
+
+/// Where the server wants one data connection: the address of a NIC of the channel
+/// whose threads will serve that stream (Tyche's channels mapped to NICs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamAddress {
+    /// The data connection, `0..channels × streams_per_channel` of the `Accept`.
+    pub stream_index: u16,
+    /// Where to connect it.
+    pub addr: SocketAddr,
+}
+
+/// Server → client, right after `Accept` when the `ADDRESSES` capability is negotiated
+/// (possibly empty): where each data connection should go. A stream without an entry
+/// goes where the control connection went.
+///
+/// Body: `count u16` (≤ [`MAX_STREAMS`]), then per entry `stream_index u16`, `family u8`
+/// (4 or 6), `ip [4 | 16]`, `port u16` (not 0). Stream indexes are strictly increasing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Addresses {
+    /// One entry per stream that has an address of its own.
+    pub entries: Vec<StreamAddress>,
+}
+
+impl Addresses {
+    /// The address for data connection `stream_index`, if the server named one.
+    pub fn of(&self, stream_index: u16) -> Option<SocketAddr> {
+        self.entries
+            .iter()
+            .find(|e| e.stream_index == stream_index)
+            .map(|e| e.addr)
+    }
+}
+
+impl Body for Addresses {
+    const TYPE: FrameType = FrameType::Addresses;
+
+    fn encode_body(&self, out: &mut Vec<u8>) {
+        out.put_u16(u16::try_from(self.entries.len()).unwrap_or(u16::MAX));
+        for e in &self.entries {
+            out.put_u16(e.stream_index);
+            match e.addr.ip() {
+                IpAddr::V4(ip) => {
+                    out.push(4);
+                    out.extend_from_slice(&ip.octets());
+                }
+                IpAddr::V6(ip) => {
+                    out.push(6);
+                    out.extend_from_slice(&ip.octets());
+                }
+            }
+            out.put_u16(e.addr.port());
+        }
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let count = r.u16("Addresses.count")?;
+        crate::codec::check_limit("Addresses.count", count.into(), MAX_STREAMS.into())?;
+        let mut entries = Vec::with_capacity(usize::from(count));
+        for _ in 0..count {
+            let stream_index = r.u16("Addresses.stream_index")?;
+            if stream_index >= MAX_STREAMS
+                || entries
+                    .last()
+                    .is_some_and(|p: &StreamAddress| p.stream_index >= stream_index)
+            {
+                return Err(DecodeError::InvalidValue {
+                    field: "Addresses.stream_index",
+                    value: stream_index.into(),
+                });
+            }
+            let ip = match r.u8("Addresses.family")? {
+                4 => IpAddr::V4(Ipv4Addr::from(r.array::<4>("Addresses.ip")?)),
+                6 => IpAddr::V6(Ipv6Addr::from(r.array::<16>("Addresses.ip")?)),
+                v => {
+                    return Err(DecodeError::InvalidValue {
+                        field: "Addresses.family",
+                        value: v.into(),
+                    })
+                }
+            };
+            let port = r.u16("Addresses.port")?;
+            if port == 0 {
+                return Err(DecodeError::InvalidValue {
+                    field: "Addresses.port",
+                    value: 0,
+                });
+            }
+            entries.push(StreamAddress {
+                stream_index,
+                addr: SocketAddr::new(ip, port),
+            });
+        }
+        Ok(Addresses { entries })
     }
 }
 

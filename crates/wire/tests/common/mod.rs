@@ -218,6 +218,20 @@ pub fn arb_frame() -> impl Strategy<Value = Frame> {
                     chunk_bytes,
                 })
             }),
+        prop::collection::btree_map(
+            0u16..MAX_STREAMS,
+            (any::<std::net::IpAddr>(), 1u16..),
+            0..12
+        )
+        .prop_map(|m| Frame::Addresses(Addresses {
+            entries: m
+                .into_iter()
+                .map(|(stream_index, (ip, port))| StreamAddress {
+                    stream_index,
+                    addr: std::net::SocketAddr::new(ip, port),
+                })
+                .collect(),
+        })),
         (
             any::<u64>(),
             any::<[u8; 32]>(),
