@@ -1569,54 +1569,96 @@ fn regression_pull_hid_the_daemons_scan_errors_and_reported_success() {
 // Authentication
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn data_connections_spread_over_every_address_of_the_daemon() {
-    // Two addresses of one daemon (two NICs, here two loopback addresses): the control
-    // connection goes to the first, the data connections alternate.
-    let t = tempfile::tempdir().unwrap();
-    let root = t.path().join("root");
-    std::fs::create_dir(&root).unwrap();
-    let token = t.path().join("token");
-    write(&token, b"two links\n");
-    let src = t.path().join("src");
-    write(&src.join("small.txt"), b"small");
-    write_big(&src.join("big.bin"), 6, 90);
-    let d = Daemon::start_with(
-        &root,
-        &[
+/// A daemon on every address with a token (`extra` added to its arguments), and a tree
+/// to push to it.
+struct Wildcard {
+    t: tempfile::TempDir,
+    token: PathBuf,
+    src: PathBuf,
+    d: Daemon,
+    port: String,
+}
+
+impl Wildcard {
+    fn start(extra: &[&str]) -> Wildcard {
+        let t = tempfile::tempdir().expect("a temp dir");
+        let root = t.path().join("root");
+        std::fs::create_dir(&root).expect("the root");
+        let token = t.path().join("token");
+        write(&token, b"every address\n");
+        let src = t.path().join("src");
+        write(&src.join("small.txt"), b"small");
+        write_big(&src.join("big.bin"), 6, 90);
+        let mut args = vec![
             "--listen",
             "0.0.0.0:0",
             "--token-file",
             s(&token),
             "--log",
             "info",
-        ],
-        &[],
-    );
-    let port = d.addr.rsplit_once(':').map(|(_, p)| p).unwrap();
-    let url = format!("sluice://127.0.0.1,127.0.0.2:{port}/two/");
-    cp(&[
-        "-r",
-        "--streams",
-        "4",
-        "--token-file",
-        s(&token),
-        s(&src),
-        &url,
-    ])
-    .ok();
-    assert_same_tree(&src, &root.join("two/src"));
-    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
-    for local in ["127.0.0.1", "127.0.0.2"] {
+        ];
+        args.extend_from_slice(extra);
+        let d = Daemon::start_with(&root, &args, &[]);
+        let port = d
+            .addr
+            .rsplit_once(':')
+            .map(|(_, p)| p.to_string())
+            .expect("a port");
+        Wildcard {
+            t,
+            token,
+            src,
+            d,
+            port,
+        }
+    }
+
+    /// Pushes the tree over 4 streams to `sluice://HOSTS:PORT/DIR/` and checks it arrived.
+    fn push(&self, hosts: &str, dir: &str) {
+        let url = format!("sluice://{hosts}:{}/{dir}/", self.port);
+        cp(&[
+            "-r",
+            "--streams",
+            "4",
+            "--token-file",
+            s(&self.token),
+            s(&self.src),
+            &url,
+        ])
+        .ok();
+        assert_same_tree(&self.src, &self.t.path().join("root").join(dir).join("src"));
+    }
+
+    /// The daemon's log, and how many data connections it took on local address `ip`.
+    fn data_connections_on(&self, ip: &str) -> (usize, String) {
+        let log = self.d.log();
         let n = log
             .lines()
-            .filter(|l| l.contains("data connection") && l.contains(&format!(" on {local}:")))
+            .filter(|l| l.contains("data connection") && l.contains(&format!(" on {ip}:")))
             .count();
+        (n, log)
+    }
+}
+
+#[test]
+fn data_connections_spread_over_every_address_of_the_daemon() {
+    // Two addresses of one daemon (two NICs, here two loopback addresses): the control
+    // connection goes to the first, the data connections alternate.
+    let w = Wildcard::start(&[]);
+    w.push("127.0.0.1,127.0.0.2", "two");
+    for local in ["127.0.0.1", "127.0.0.2"] {
+        let (n, log) = w.data_connections_on(local);
         assert_eq!(n, 2, "two of four data connections on {local}: {log}");
     }
     // A list with an empty member is a usage error.
-    let bad = format!("sluice://127.0.0.1,,127.0.0.2:{port}/x/");
-    cp(&["--token-file", s(&token), s(&src.join("small.txt")), &bad]).code(2);
+    let bad = format!("sluice://127.0.0.1,,127.0.0.2:{}/x/", w.port);
+    cp(&[
+        "--token-file",
+        s(&w.token),
+        s(&w.src.join("small.txt")),
+        &bad,
+    ])
+    .code(2);
 }
 
 #[test]
@@ -1624,58 +1666,17 @@ fn data_connections_go_where_the_daemon_advertises_its_channels_nics() {
     // A daemon on every address, its channel driving `lo` (127.0.0.1): it tells the
     // client to connect every data connection there, although the client dialled
     // 127.0.0.2. An explicit host list still wins.
-    let t = tempfile::tempdir().unwrap();
-    let root = t.path().join("root");
-    std::fs::create_dir(&root).unwrap();
-    let token = t.path().join("token");
-    write(&token, b"advertised\n");
-    let src = t.path().join("src");
-    write(&src.join("small.txt"), b"small");
-    write_big(&src.join("big.bin"), 7, 90);
-    let d = Daemon::start_with(
-        &root,
-        &[
-            "--listen",
-            "0.0.0.0:0",
-            "--token-file",
-            s(&token),
-            "--nic",
-            "lo",
-            "--log",
-            "info",
-        ],
-        &[],
-    );
-    let port = d.addr.rsplit_once(':').map(|(_, p)| p).unwrap();
-    let on = |log: &str, local: &str| {
-        log.lines()
-            .filter(|l| l.contains("data connection") && l.contains(&format!(" on {local}:")))
-            .count()
-    };
-    let push = |dest: &str, what: &str| {
-        let url = format!("sluice://{dest}:{port}/{what}/");
-        cp(&[
-            "-r",
-            "--streams",
-            "4",
-            "--token-file",
-            s(&token),
-            s(&src),
-            &url,
-        ])
-        .ok();
-        assert_same_tree(&src, &root.join(what).join("src"));
-    };
-    push("127.0.0.2", "advertised");
-    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+    let w = Wildcard::start(&["--nic", "lo"]);
+    w.push("127.0.0.2", "advertised");
+    let (n, log) = w.data_connections_on("127.0.0.1");
     assert!(log.contains("advertising 127.0.0.1"), "{log}");
-    assert_eq!(on(&log, "127.0.0.1"), 4, "{log}");
-    assert_eq!(on(&log, "127.0.0.2"), 0, "{log}");
-    push("127.0.0.2,127.0.0.3", "listed");
-    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
-    assert_eq!(on(&log, "127.0.0.1"), 4, "the list was followed: {log}");
-    assert_eq!(on(&log, "127.0.0.2"), 2, "{log}");
-    assert_eq!(on(&log, "127.0.0.3"), 2, "{log}");
+    assert_eq!(n, 4, "{log}");
+    assert_eq!(w.data_connections_on("127.0.0.2").0, 0, "{log}");
+    w.push("127.0.0.2,127.0.0.3", "listed");
+    for (ip, want) in [("127.0.0.1", 4), ("127.0.0.2", 2), ("127.0.0.3", 2)] {
+        let (n, log) = w.data_connections_on(ip);
+        assert_eq!(n, want, "{ip}: the list was followed: {log}");
+    }
 }
 
 #[test]

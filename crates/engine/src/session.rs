@@ -210,45 +210,15 @@ pub fn open_session(addrs: &str, token: Option<Token>, open: Open) -> Result<Ope
         open.options.direct = false;
     }
     writer.send(&Frame::Open(open))?;
-    let accept = match reader.next("waiting for Accept")? {
-        Some(Frame::Accept(a)) => a,
-        Some(Frame::Error(e)) => {
-            return Err(EngineError::Remote {
-                code: e.code,
-                message: e.message,
-            })
-        }
-        Some(other) => {
-            return Err(EngineError::Unexpected {
-                peer: addr.to_string(),
-                got: other.frame_type().name().to_string(),
-                state: "waiting for Accept".into(),
-            })
-        }
-        None => {
-            return Err(EngineError::Disconnected {
-                peer: addr.to_string(),
-                state: "waiting for Accept".into(),
-            })
-        }
-    };
+    let accept = expect(&mut reader, addr, "Accept", |f| match f {
+        Frame::Accept(a) => Ok(a),
+        other => Err(other),
+    })?;
     let advertised = if est.capabilities.contains(Capabilities::ADDRESSES) {
-        match reader.next("waiting for Addresses")? {
-            Some(Frame::Addresses(a)) => a,
-            Some(other) => {
-                return Err(EngineError::Unexpected {
-                    peer: addr.to_string(),
-                    got: other.frame_type().name().to_string(),
-                    state: "waiting for Addresses".into(),
-                })
-            }
-            None => {
-                return Err(EngineError::Disconnected {
-                    peer: addr.to_string(),
-                    state: "waiting for Addresses".into(),
-                })
-            }
-        }
+        expect(&mut reader, addr, "Addresses", |f| match f {
+            Frame::Addresses(a) => Ok(a),
+            other => Err(other),
+        })?
     } else {
         Addresses::default()
     };
@@ -302,6 +272,33 @@ pub fn open_session(addrs: &str, token: Option<Token>, open: Open) -> Result<Ope
         accept,
         data: conns,
     })
+}
+
+/// The next frame on the control connection, taken by `want` (which hands back any
+/// other frame): the peer's `Error` is its refusal, another frame is out of place.
+fn expect<T>(
+    reader: &mut FrameReader,
+    peer: &str,
+    what: &str,
+    want: impl FnOnce(Frame) -> Result<T, Frame>,
+) -> Result<T, EngineError> {
+    let state = format!("waiting for {what}");
+    match reader.next(&state)?.map(want) {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(Frame::Error(e))) => Err(EngineError::Remote {
+            code: e.code,
+            message: e.message,
+        }),
+        Some(Err(other)) => Err(EngineError::Unexpected {
+            peer: peer.to_string(),
+            got: other.frame_type().name().to_string(),
+            state,
+        }),
+        None => Err(EngineError::Disconnected {
+            peer: peer.to_string(),
+            state,
+        }),
+    }
 }
 
 /// How long a data connection to an address the daemon advertised may take before the
