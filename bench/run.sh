@@ -62,12 +62,13 @@ main() {
     SWEEP_IO=$(seq 1 "$NCPU" | tr '\n' ' ')
     [ "$NCPU" -lt 4 ] && SWEEP_IO="$SWEEP_IO 4"  # and one oversubscribed point
     TIMEOUT_MAX=$((QUICK ? 120 : 900))
-    # What runs: quick mode keeps one case of each kind (every peer on a file and a tree,
-    # one plain and one rate-limited two-link path, the sweep on one data set).
+    # What runs: quick mode keeps one case of each kind (every peer on a file, the
+    # kernel-like tree and the plain small-file tree, one plain and one rate-limited
+    # two-link path, the sweep on one data set).
     if [ "$QUICK" = 1 ]; then
-        PEER_WORKLOADS="big tree" PATHS="veth1 veth2-tbf1g" SWEEP_WLS="sweep-big"
+        PEER_WORKLOADS="big tree small" PATHS="veth1 veth2-tbf1g" SWEEP_WLS="sweep-big"
     else
-        PEER_WORKLOADS="big many tree tree-tar tomo" SWEEP_WLS="sweep-big sweep-small"
+        PEER_WORKLOADS="big many tree small tree-tar tomo" SWEEP_WLS="sweep-big sweep-small"
         PATHS="veth1 veth2 veth1-tbf5g veth2-tbf5g veth1-tbf1g veth2-tbf1g"
     fi
 

@@ -7,6 +7,9 @@
 #   tree       the Linux kernel source tree from Debian's linux-source (~80k files);
 #              quick (or without linux-source): a generated 3,000-file tree with
 #              executables, symlinks and empty directories
+#   small      50,000 regular files of 0-32 KiB in 100 directories, nothing else (no
+#              symlinks, executables or empty directories): the small-file tree every
+#              peer can copy correctly, so the GridFTP target has a verdict (quick 2,000)
 #   tree-tar   a tar of that tree (compressible, one file)
 #   tomo       raw 16-bit detector frames of a rotating object (96 x 11.06 MB, lz4 ~2:1;
 #              quick 4 frames)
@@ -34,10 +37,10 @@ wl_define() {
     ksrc=$(ls /usr/src/linux-source-*.tar.xz 2>/dev/null | sort -V | tail -1)
     if [ "$QUICK" = 1 ]; then
         BIG_BYTES=$((64 << 20)) MANY_N=8 MANY_BYTES=$((8 << 20)) TOMO_FRAMES=4
-        PATHBIG_BYTES=$((32 << 20)) KSRC=""
+        PATHBIG_BYTES=$((32 << 20)) KSRC="" SMALL_N=2000
     else
         BIG_BYTES=$((4 << 30)) MANY_N=32 MANY_BYTES=$((128 << 20)) TOMO_FRAMES=96
-        PATHBIG_BYTES=$((1 << 30)) KSRC=$ksrc
+        PATHBIG_BYTES=$((1 << 30)) KSRC=$ksrc SMALL_N=50000
     fi
     WL_PATH[big]=$DATA/big/big.bin WL_KIND[big]=file
     WL_DESC[big]="1 x $(human_bytes $BIG_BYTES) random"
@@ -50,6 +53,8 @@ wl_define() {
         WL_DESC[tree]="generated 3,000-file tree (0-64 KiB, exec bits, symlinks)"
         [ "$QUICK" = 1 ] || note "linux-source not installed: 'tree' is a generated 3,000-file stand-in"
     fi
+    WL_PATH[small]=$DATA/small WL_KIND[small]=dir
+    WL_DESC[small]="generated $(sed ':a; s/\B[0-9]\{3\}\>/,&/; ta' <<<"$SMALL_N")-file tree (0-32 KiB; regular files only: no symlinks, exec bits or empty dirs)"
     WL_PATH[tree-tar]=$DATA/tree-tar/tree.tar WL_KIND[tree-tar]=file
     WL_DESC[tree-tar]="tar of the tree (one compressible file)"
     WL_PATH[tomo]=$DATA/tomo WL_KIND[tomo]=dir
@@ -58,7 +63,7 @@ wl_define() {
     WL_DESC[path-big]="1 x $(human_bytes $PATHBIG_BYTES) random"
     WL_PATH[million]=$DATA/million WL_KIND[million]=dir
     WL_DESC[million]="1,000,000 files of 0-4 KiB"
-    WORKLOADS="big many tree tree-tar tomo"
+    WORKLOADS="big many tree small tree-tar tomo"
 }
 
 wl_prepare() {
@@ -102,6 +107,15 @@ wl_prepare() {
             _wl_done tree-tar "$spec"
             sync
             return 0
+            ;;
+        small)
+            # umask 022 (files 644, directories 755): the same modes whatever umask the
+            # run inherits
+            spec="small $SMALL_N 0-32768 fanout 500 seed 13"
+            _wl_ok small "$spec" && return 0
+            log "generating small ($SMALL_N files; once, kept in $DATA)"
+            rm -rf "$DATA/small" && (umask 022 && "$PY" "$BENCH/lib/gen.py" tree "$DATA/small" --files "$SMALL_N" \
+                --max-bytes 32768 --fanout 500 --seed 13) || return 1
             ;;
         tomo)
             spec="tomo $TOMO_FRAMES"
