@@ -296,6 +296,7 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
             compress: args.compress.parse().map_err(bad_input)?,
             pipeline: args.pipeline.into(),
             direct: !args.buffered,
+            chunk_acks: true,
         },
         chunk_bytes,
         token,

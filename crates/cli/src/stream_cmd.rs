@@ -168,8 +168,13 @@ fn report(s: &sluice_engine::stream::StreamSummary, json: bool) {
     if json {
         crate::output::stderr_line(&serde_json::to_string(s).unwrap_or_default());
     } else {
+        let resent = if s.records_resent > 0 {
+            format!(", {} sent again (damaged on the way)", s.records_resent)
+        } else {
+            String::new()
+        };
         crate::output::stderr_line(&format!(
-            "sluice: {} record(s), {:.1} MiB ({:.1} MiB on the wire) in {:.2} s",
+            "sluice: {} record(s), {:.1} MiB ({:.1} MiB on the wire) in {:.2} s{resent}",
             s.records,
             s.bytes as f64 / 1048576.0,
             s.wire_bytes as f64 / 1048576.0,

@@ -1407,6 +1407,45 @@ fn compression_round_trips_every_codec_on_push_and_pull_with_and_without_codec_t
 }
 
 #[test]
+fn auto_measures_goodput_on_the_sinks_acknowledgements_on_push_and_pull() {
+    // With CHUNK_ACKS the source's `auto` counts a chunk when the sink says it was
+    // written: an epoch (12 chunks) can only end once those words arrive, so its
+    // debug line proves that they do, on both sides of the protocol.
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let pattern: Vec<u8> = b"frame 7: 0 0 1 3 9 27 81 243 "
+        .iter()
+        .copied()
+        .cycle()
+        .take(40 * MIB + 3)
+        .collect();
+    let src = t.path().join("frames.bin");
+    write(&src, &pattern);
+    let d = Daemon::start_with(&root, &["--log", "sluice_engine::codec=debug"], &[]);
+    let push = cp(&[
+        "--json",
+        "--compress",
+        "auto",
+        "--log",
+        "sluice_engine::codec=debug",
+        s(&src),
+        &d.url("pushed.bin"),
+    ]);
+    push.ok();
+    assert_same_file(&src, &root.join("pushed.bin"));
+    assert!(
+        push.stderr.contains("auto: epoch 0 "),
+        "push: {}",
+        push.stderr
+    );
+    let pulled = t.path().join("pulled.bin");
+    cp(&["--compress", "auto", &d.url("pushed.bin"), s(&pulled)]).ok();
+    assert_same_file(&src, &pulled);
+    assert!(d.log().contains("auto: epoch 0 "), "pull: {}", d.log());
+}
+
+#[test]
 fn corrupted_compressed_chunk_is_never_written_and_is_sent_again() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("root");

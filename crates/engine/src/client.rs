@@ -245,10 +245,12 @@ fn run_session(
         writer,
         accept,
         data: conns,
+        capabilities,
     } = session::open_session(addr, cfg.token.clone(), open)?;
     let control_stream = writer.stream_clone()?;
     let mut opts = cfg.opts.clone();
     opts.streams = accept.streams();
+    opts.chunk_acks = capabilities.contains(sluice_wire::Capabilities::CHUNK_ACKS);
     if accept.chunk_bytes > runtime.chunk_bytes()
         || !sluice_wire::is_valid_chunk_bytes(accept.chunk_bytes)
     {

@@ -5,10 +5,11 @@
 use crate::error::EngineError;
 use crate::transport::{FrameReader, FrameWriter};
 use crossbeam_channel::{bounded, Receiver, Sender};
-use sluice_wire::{Codec, Frame};
+use sluice_wire::{ChunkAck, Codec, Frame};
 use std::io::Write;
 use std::net::TcpStream;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 /// Frames queued for the peer before senders block (back-pressure on the control plane).
 const CONTROL_QUEUE_FRAMES: usize = 4096;
@@ -65,6 +66,9 @@ pub fn spawn_writer(
 pub enum ControlEvent {
     /// A frame from the peer.
     Frame(Frame),
+    /// A `ChunkAck`, with the moment it was read off the socket (the master may handle
+    /// it later; what `auto` measures is when the sink's word arrived).
+    Ack(ChunkAck, Instant),
     /// The peer closed the control connection cleanly.
     Closed,
     /// Reading failed (malformed frame, reset connection).
@@ -80,6 +84,7 @@ impl ControlEvent {
     pub fn into_frame(self, peer: &str, state: &str) -> Result<Frame, EngineError> {
         match self {
             ControlEvent::Frame(f) => Ok(f),
+            ControlEvent::Ack(a, _) => Ok(Frame::ChunkAck(a)),
             ControlEvent::Closed => Err(EngineError::Disconnected {
                 peer: peer.to_string(),
                 state: state.to_string(),
@@ -97,7 +102,11 @@ pub fn spawn_reader(mut reader: FrameReader) -> std::io::Result<Receiver<Control
         .spawn(move || loop {
             match reader.next("running the session") {
                 Ok(Some(frame)) => {
-                    if tx.send(ControlEvent::Frame(frame)).is_err() {
+                    let ev = match frame {
+                        Frame::ChunkAck(a) => ControlEvent::Ack(a, Instant::now()),
+                        other => ControlEvent::Frame(other),
+                    };
+                    if tx.send(ev).is_err() {
                         return;
                     }
                 }

@@ -280,6 +280,9 @@ impl Daemon {
             },
             pipeline: crate::Pipeline::Auto,
             direct: open.options.direct,
+            chunk_acks: est
+                .capabilities
+                .contains(sluice_wire::Capabilities::CHUNK_ACKS),
         };
         let role = match open.direction {
             Direction::Push => {

@@ -12,6 +12,7 @@ pub mod codec;
 pub mod control;
 pub mod daemon;
 pub mod error;
+mod fault;
 pub mod fs;
 pub mod runtime;
 pub mod sched;
@@ -68,6 +69,9 @@ pub struct SessionOptions {
     /// Read and write large files with `O_DIRECT` (bypassing the page cache), where
     /// supported; a daemon does as its client asks.
     pub direct: bool,
+    /// The sink acknowledges every chunk (`CHUNK_ACKS` negotiated): the source's `auto`
+    /// then measures delivered goodput instead of bytes handed to its sockets.
+    pub chunk_acks: bool,
 }
 
 impl Default for SessionOptions {
@@ -85,6 +89,7 @@ impl Default for SessionOptions {
             compress: CompressMode::None,
             pipeline: Pipeline::Auto,
             direct: true,
+            chunk_acks: true,
         }
     }
 }

@@ -186,6 +186,8 @@ pub struct Opened {
     pub accept: Accept,
     /// The data connections, joined.
     pub data: Vec<TcpStream>,
+    /// The capabilities both sides agreed on.
+    pub capabilities: Capabilities,
 }
 
 /// Connects to `addr`, runs the handshake, sends `open`, and joins every data
@@ -271,6 +273,7 @@ pub fn open_session(addrs: &str, token: Option<Token>, open: Open) -> Result<Ope
         writer,
         accept,
         data: conns,
+        capabilities: est.capabilities,
     })
 }
 

@@ -21,7 +21,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_wire::{
-    chunk_checksum, chunk_count, chunk_range, ChunkHeader, ChunkNack, ChunkSet, CloseAck,
+    chunk_checksum, chunk_count, chunk_range, ChunkAck, ChunkHeader, ChunkNack, ChunkSet, CloseAck,
     Compression, ErrorCode, FileDigest, FileDone, FileEntry, FileFailed, FileKind, Frame, Have,
     HaveState, RelPath, Segment, SkipReason,
 };
@@ -401,6 +401,25 @@ fn nack(shared: &Shared, header: &ChunkHeader, segments: &[Segment]) {
     }
 }
 
+/// Tells the source that a chunk was delivered (written, or dropped because its file
+/// had already ended), where the session acknowledges chunks.
+fn delivered(shared: &Shared, header: &ChunkHeader) {
+    if shared.opts.chunk_acks {
+        shared.control.send(Frame::ChunkAck(ChunkAck {
+            file_id: header.file_id,
+            offset: header.offset,
+        }));
+    }
+}
+
+/// [`delivered`] for each chunk of `chunks`, which are dropped.
+fn delivered_all(shared: &Shared, chunks: impl IntoIterator<Item = (ChunkHeader, Slot)>) {
+    for (header, slot) in chunks {
+        drop(slot);
+        delivered(shared, &header);
+    }
+}
+
 /// Writes a verified chunk: a piece of a large file, or the small files of a pack.
 fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot: Slot) {
     if !header.is_packed() {
@@ -436,6 +455,8 @@ fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot
             result.map(|()| digest).map_err(|err| err.to_string()),
         );
     }
+    drop(slot);
+    delivered(shared, header);
 }
 
 /// Writes a chunk of a large file. One thread at a time writes a given file: a chunk
@@ -449,6 +470,7 @@ fn write_large(shared: &Shared, header: ChunkHeader, slot: Slot) {
             "file {} already ended or never announced: chunk dropped",
             header.file_id
         );
+        delivered_all(shared, [(header, slot)]);
         return;
     };
     let chunk_bytes = u64::from(shared.chunk_bytes);
@@ -456,6 +478,8 @@ fn write_large(shared: &Shared, header: ChunkHeader, slot: Slot) {
     let file = {
         let mut st = lock(&e.state);
         if st.done {
+            drop(st);
+            delivered_all(shared, [(header, slot)]);
             return;
         }
         if st.writing {
@@ -481,6 +505,7 @@ fn write_large(shared: &Shared, header: ChunkHeader, slot: Slot) {
                     st.done = true;
                     drop(st);
                     finish_entry(shared, &e, Err(err.to_string()));
+                    delivered_all(shared, [(header, slot)]);
                     return;
                 }
             },
@@ -504,17 +529,20 @@ fn write_large(shared: &Shared, header: ChunkHeader, slot: Slot) {
                     st.writing = false;
                     std::mem::take(&mut st.pending)
                 };
-                drop(dropped);
                 fail_entry(shared, &e, err.to_string());
+                delivered_all(shared, std::iter::once((header, slot)).chain(dropped));
                 return;
             }
             let _ = file.record_chunk(index, header.checksum);
         }
         drop(slot);
+        delivered(shared, &header);
         let mut st = lock(&e.state);
         if st.done {
             st.writing = false;
-            st.pending.clear();
+            let dropped = std::mem::take(&mut st.pending);
+            drop(st);
+            delivered_all(shared, dropped);
             return;
         }
         let new = !held && st.received.as_mut().is_none_or(|r| r.insert(index));
@@ -526,9 +554,10 @@ fn write_large(shared: &Shared, header: ChunkHeader, slot: Slot) {
             if st.remaining == 0 {
                 // Whatever else waits is a duplicate of a chunk already written.
                 st.writing = false;
-                st.pending.clear();
+                let dropped = std::mem::take(&mut st.pending);
                 drop(file);
                 complete_locked(shared, &e, st);
+                delivered_all(shared, dropped);
                 return;
             }
         }

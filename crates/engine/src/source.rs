@@ -108,18 +108,20 @@ impl Dispatch {
                 out.slot.set_filled(done.wire_len);
             }
         }
-        fault::corrupt_if_chosen(&mut out.slot);
+        let filled = out.slot.filled();
+        crate::fault::corrupt_if_chosen(&mut out.slot[..filled]);
         self.stats
             .add_payload(self.channel, u64::from(out.header.raw_len));
         let wire = out.header.wire_len as usize;
         let payload = out.header.raw_len as usize;
+        let key = (out.header.file_id, out.header.offset);
         match &self.queue {
             Some(q) if !self.inline => {
                 // A full queue holds the thread back: `auto` sees the senders' pace.
                 if q.send(out).is_err() {
                     return Ok(None);
                 }
-                compressor.record_sent(payload);
+                compressor.record_sent(key, payload);
                 Ok(Some(Vec::new()))
             }
             _ => {
@@ -141,7 +143,7 @@ impl Dispatch {
                 }
                 self.rr = self.rr.wrapping_add(1);
                 self.stats.add_wire(self.channel, wire as u64);
-                compressor.record_sent(payload);
+                compressor.record_sent(key, payload);
                 out.segments.clear();
                 Ok(Some(out.segments))
             }
@@ -169,7 +171,7 @@ pub fn run(
     } = wiring;
     let chunk_bytes = opts.chunk_bytes;
     let sched = Arc::new(Scheduler::new(chunk_bytes, SMALL_FILE_MAX_BYTES));
-    let layouts = layouts_of(&specs);
+    let sources = Sources::new(specs);
     let abort = Arc::new(AtomicBool::new(false));
 
     // Connections grouped by the channel their net thread belongs to on this host.
@@ -248,6 +250,9 @@ pub fn run(
     let compress_threads = runtime.planned(Role::Compress);
     // One `auto` controller for the session: it judges the goodput of all threads.
     let auto = SharedAuto::new();
+    if opts.chunk_acks {
+        auto.measure_on_ack();
+    }
     let staged = opts.compress != CompressMode::None && compress_threads > 0;
     auto.set_threads(if staged {
         compress_threads
@@ -374,7 +379,7 @@ pub fn run(
     drop(stage);
     drop(queues);
 
-    let result = master(&specs, &layouts, opts, control, events, &sched, stats);
+    let result = master(&sources, opts, control, events, &sched, stats, &auto);
     if result.is_err() {
         abort.store(true, Ordering::Relaxed);
     }
@@ -421,7 +426,7 @@ pub fn run(
                     message: e.message,
                 })
             }
-            Ok(ControlEvent::Frame(_)) => {}
+            Ok(ControlEvent::Frame(_) | ControlEvent::Ack(..)) => {}
             Ok(ControlEvent::Closed) | Err(_) => {
                 return Err(EngineError::Disconnected {
                     peer: "sink".into(),
@@ -429,32 +434,6 @@ pub fn run(
                 })
             }
             Ok(ControlEvent::Failed(e)) => return Err(e),
-        }
-    }
-}
-
-/// Test-only fault injection, for the integration tests of the retry path; never set it
-/// in production. `SLUICE_FAULT_CORRUPT_CHUNK=N` (read once per process) flips one byte
-/// of the N-th chunk (1-based) this process's source reads, after its checksum was
-/// computed, so that the sink rejects it and asks for it again. Only that first send is
-/// corrupted: the resend is a new read, counted as another chunk.
-mod fault {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::OnceLock;
-
-    static CHOSEN: OnceLock<Option<u64>> = OnceLock::new();
-    static READ: AtomicU64 = AtomicU64::new(0);
-
-    pub(super) fn corrupt_if_chosen(slot: &mut sluice_buffers::Slot) {
-        let chosen = CHOSEN.get_or_init(|| {
-            std::env::var("SLUICE_FAULT_CORRUPT_CHUNK")
-                .ok()
-                .and_then(|v| v.parse().ok())
-        });
-        let Some(n) = *chosen else { return };
-        if READ.fetch_add(1, Ordering::Relaxed) + 1 == n && slot.filled() > 0 {
-            tracing::warn!("SLUICE_FAULT_CORRUPT_CHUNK: corrupting chunk {n} (test only)");
-            slot[0] ^= 0x5a;
         }
     }
 }
@@ -698,16 +677,17 @@ fn read_full_at(f: &std::fs::File, dst: &mut [u8], mut offset: u64) -> std::io::
 
 /// The master loop: scan, announce, schedule, collect answers.
 fn master(
-    specs: &[ScanSpec],
-    layouts: &[Arc<dyn Layout>],
+    sources: &Sources,
     opts: &SessionOptions,
     control: &ControlTx,
     events: &Receiver<ControlEvent>,
     sched: &Arc<Scheduler>,
     stats: &Arc<Stats>,
+    auto: &SharedAuto,
 ) -> Result<(), EngineError> {
     let (entry_tx, entry_rx) = bounded::<(usize, Result<FileEntry, String>)>(1024);
-    let spec_handles: Vec<(Arc<Root>, Option<RelPath>, Option<RelPath>)> = specs
+    let spec_handles: Vec<(Arc<Root>, Option<RelPath>, Option<RelPath>)> = sources
+        .specs
         .iter()
         .map(|s| (Arc::clone(&s.root), s.start.clone(), s.prefix.clone()))
         .collect();
@@ -768,7 +748,7 @@ fn master(
                     }
                 }
             };
-            handle_event(ev, specs, layouts, &mut pending, sched, stats)?;
+            handle_event(ev, sources, &mut pending, sched, stats, auto)?;
         }
         if !scanning && pending.is_empty() {
             break;
@@ -794,7 +774,7 @@ fn master(
                         let _ = manifest.try_push(entry);
                     }
                     if is_data && !negotiate {
-                        schedule(specs, layouts, spec, &entry, None, sched);
+                        sources.schedule(spec, &entry, None, sched);
                     }
                     pending.insert(entry.file_id, (spec, entry));
                 }
@@ -833,36 +813,57 @@ fn master(
     Ok(())
 }
 
-fn schedule(
-    specs: &[ScanSpec],
-    layouts: &[Arc<dyn Layout>],
-    spec: usize,
-    entry: &FileEntry,
-    skip: Option<sluice_wire::ChunkSet>,
-    sched: &Scheduler,
-) {
-    let s = &specs[spec];
-    let Some(src_path) = source_path(s, &entry.path) else {
-        return;
-    };
-    let file = Arc::new(SrcFile {
-        id: entry.file_id,
-        root: Arc::clone(&s.root),
-        src_path,
-        size: entry.size,
-        layout: Arc::clone(&layouts[spec]),
-    });
-    sched.add(file, skip);
+/// What a session sends: its scan specs, each with the storage layout of its root.
+struct Sources {
+    specs: Vec<ScanSpec>,
+    layouts: Vec<Arc<dyn Layout>>,
+}
+
+impl Sources {
+    fn new(specs: Vec<ScanSpec>) -> Sources {
+        let layouts = layouts_of(&specs);
+        Sources { specs, layouts }
+    }
+
+    /// The file to read for `entry`, found by scan spec `spec` (`None`: its path does
+    /// not map back into the spec's root).
+    fn file(&self, spec: usize, entry: &FileEntry) -> Option<Arc<SrcFile>> {
+        let s = &self.specs[spec];
+        Some(Arc::new(SrcFile {
+            id: entry.file_id,
+            root: Arc::clone(&s.root),
+            src_path: source_path(s, &entry.path)?,
+            size: entry.size,
+            layout: Arc::clone(&self.layouts[spec]),
+        }))
+    }
+
+    /// Hands `entry`'s chunks (less `skip`, those the sink holds) to the scheduler.
+    fn schedule(
+        &self,
+        spec: usize,
+        entry: &FileEntry,
+        skip: Option<sluice_wire::ChunkSet>,
+        sched: &Scheduler,
+    ) {
+        if let Some(file) = self.file(spec, entry) {
+            sched.add(file, skip);
+        }
+    }
 }
 
 fn handle_event(
     ev: ControlEvent,
-    specs: &[ScanSpec],
-    layouts: &[Arc<dyn Layout>],
+    sources: &Sources,
     pending: &mut HashMap<u64, (usize, FileEntry)>,
     sched: &Scheduler,
     stats: &Stats,
+    auto: &SharedAuto,
 ) -> Result<(), EngineError> {
+    if let ControlEvent::Ack(ack, at) = ev {
+        auto.delivered((ack.file_id, ack.offset), at);
+        return Ok(());
+    }
     let frame = ev.into_frame("sink", "sending files")?;
     match frame {
         Frame::Have(have) => {
@@ -872,7 +873,7 @@ fn handle_event(
             match have.state {
                 HaveState::Missing => {
                     if entry.kind == FileKind::File && entry.size > 0 {
-                        schedule(specs, layouts, spec, &entry, None, sched);
+                        sources.schedule(spec, &entry, None, sched);
                     }
                 }
                 HaveState::Partial {
@@ -892,14 +893,14 @@ fn handle_event(
                         }
                         stats.resumed_bytes(held);
                     }
-                    schedule(specs, layouts, spec, &entry, same.then_some(chunks), sched);
+                    sources.schedule(spec, &entry, same.then_some(chunks), sched);
                 }
                 HaveState::Complete { size, mtime_ns, .. }
                     if size != entry.size || mtime_ns != entry.mtime_ns =>
                 {
                     // The destination holds another version: send this one whole.
                     if entry.kind == FileKind::File && entry.size > 0 {
-                        schedule(specs, layouts, spec, &entry, None, sched);
+                        sources.schedule(spec, &entry, None, sched);
                     }
                 }
                 HaveState::Complete { .. } | HaveState::Skip(_) => {
@@ -932,17 +933,10 @@ fn handle_event(
         }
         Frame::ChunkNack(nack) => {
             // The sink saw a corrupted chunk and wrote nothing: read and send it again.
+            auto.refused((nack.file_id, nack.offset));
             if let Some((spec, entry)) = pending.get(&nack.file_id) {
                 stats.chunk_resent();
-                let s = &specs[*spec];
-                if let Some(src_path) = source_path(s, &entry.path) {
-                    let file = Arc::new(SrcFile {
-                        id: entry.file_id,
-                        root: Arc::clone(&s.root),
-                        src_path,
-                        size: entry.size,
-                        layout: Arc::clone(&layouts[*spec]),
-                    });
+                if let Some(file) = sources.file(*spec, entry) {
                     let chunk = u64::from(sched.chunk_bytes());
                     let work = if sched.is_small(entry.size) {
                         Work::Pack(vec![file])

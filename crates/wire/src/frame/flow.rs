@@ -27,11 +27,12 @@ fn bounded(message: impl Into<String>) -> String {
     m
 }
 
-/// Sink → source: the chunk at (`file_id`, `offset`) verified and was handed to the writer;
-/// the source may release its buffer. Body (16 bytes): `file_id u64`, `offset u64`.
+/// Sink → source: the chunk at (`file_id`, `offset`) was delivered: verified and written
+/// (a file session), or verified and queued for the consumer (a stream); the source may
+/// release what it kept of it. Body (16 bytes): `file_id u64`, `offset u64`.
 ///
-/// Sent on the data connection the chunk came on. A packed chunk is acknowledged by the
-/// `file_id` of its first segment and offset 0.
+/// Sent on the control connection, when `CHUNK_ACKS` was negotiated. A packed chunk is
+/// acknowledged by its header's `file_id` (its first segment's) and offset 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkAck {
     /// From the chunk header.
@@ -56,8 +57,10 @@ impl Body for ChunkAck {
     }
 }
 
-/// Sink → source: the chunk was rejected and nothing of it was written; the source sends
-/// it again (on any stream). Body (18 bytes): `file_id u64`, `offset u64`, `reason u16`.
+/// Sink → source, on the control connection: the chunk was rejected and nothing of it was
+/// written; the source sends it again (a file session: on any stream; a stream: on the
+/// connection it came on, with every later record of that connection after it). Body
+/// (18 bytes): `file_id u64`, `offset u64`, `reason u16`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkNack {
     /// From the chunk header.

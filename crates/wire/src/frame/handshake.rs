@@ -23,6 +23,10 @@ bitflags_type! {
         /// The server follows `Accept` with `Addresses` (where each data connection
         /// should go: the NIC of the channel that will serve it).
         const ADDRESSES = 1 << 5;
+        /// The sink answers every chunk it received with `ChunkAck` (delivered: written,
+        /// or dropped because its file had already ended) or `ChunkNack` on the control
+        /// connection, so the source can measure what arrives, not only what it sent.
+        const CHUNK_ACKS = 1 << 6;
     }
 }
 
