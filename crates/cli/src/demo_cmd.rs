@@ -152,6 +152,7 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
         root: dst.clone(),
         token: None,
         io_threads: args.job.io_threads,
+        read_depth: args.job.read_depth,
         max_connections: 64,
         runtime: server_runtime,
         nic_addresses: Vec::new(),
@@ -178,6 +179,7 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
             streams: u16::try_from(args.job.streams).unwrap_or(2),
             chunk_bytes: chunk,
             io_threads: args.job.io_threads,
+            read_depth: args.job.read_depth,
             recursive: true,
             verify: true,
             ..SessionOptions::default()

@@ -46,6 +46,12 @@ pub struct JobArgs {
     /// Storage threads (io-read / io-write) per direction.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub io_threads: u32,
+    /// Large-file chunk reads each io-read thread keeps in flight with O_DIRECT
+    /// (io_uring), so the disk always has work queued while the thread checksums and
+    /// sends; 1 reads one chunk at a time.
+    #[arg(long, value_name = "N", default_value_t = sluice_engine::DEFAULT_READ_DEPTH,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub read_depth: u32,
     /// Compression threads (sender side), a stage of their own between storage and
     /// network. 0: the io-read threads compress. [default: --io-threads when the
     /// transfer compresses (`serve`: always planned), else 0]
@@ -73,7 +79,8 @@ pub struct JobArgs {
     #[arg(long = "place", value_name = "ROLE=SPEC")]
     pub place: Vec<String>,
     /// Total buffer memory for all channels, e.g. 256MiB or 1GiB, allocated once at
-    /// start-up; `auto`: 4 chunk slots per data thread (at least 8).
+    /// start-up; `auto`: 4 chunk slots per data thread, plus --read-depth - 1 per
+    /// io-read thread (at least 8).
     #[arg(long, value_name = "BYTES", default_value = DEFAULT_BUFFER_MEM)]
     pub buffer_mem: String,
     /// Chunk (buffer slot) size, a multiple of 4 KiB, e.g. 4MiB.
@@ -188,7 +195,13 @@ impl JobArgs {
                 .filter(|(role, _)| *role != Role::Control)
                 .map(|(_, n)| u64::from(*n))
                 .sum();
-            (AUTO_SLOTS_PER_THREAD * data_threads)
+            // Each io-read thread also holds the slots its reads in flight land in.
+            let reading: u64 = threads
+                .iter()
+                .filter(|(role, _)| *role == Role::IoRead)
+                .map(|(_, n)| u64::from(*n) * u64::from(self.read_depth.max(1) - 1))
+                .sum();
+            (AUTO_SLOTS_PER_THREAD * data_threads + reading)
                 .max(AUTO_MIN_SLOTS)
                 .saturating_mul(chunk_bytes)
         } else {

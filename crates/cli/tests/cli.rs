@@ -293,8 +293,8 @@ fn mts_on_four_synthetic_nodes_keeps_threads_in_their_channel_node() {
         "mts spreads over all 4 nodes"
     );
     // --buffer-mem auto: 4 slots for each of 8 data threads (2 streams and 2 I/O threads
-    // per direction) of 4 MiB.
-    assert_eq!(buffer_bytes(&plan), 128 << 20);
+    // per direction), and 3 more for each io-read thread's reads in flight, of 4 MiB.
+    assert_eq!(buffer_bytes(&plan), (8 * 4 + 2 * 3) * (4 << 20));
     assert!(plan["notes"].is_array());
 }
 
@@ -340,8 +340,8 @@ fn bind_on_the_dtn_puts_everything_on_the_nic_node() {
         .filter(|c| c["numa_node"] == 1)
         .map(|c| c["buffer_bytes"].as_u64().expect("bytes"))
         .sum();
-    assert_eq!(on_node1, 128 << 20, "all buffer bytes on node 1");
-    assert_eq!(buffer_bytes(&plan), 128 << 20);
+    assert_eq!(on_node1, 152 << 20, "all buffer bytes on node 1");
+    assert_eq!(buffer_bytes(&plan), 152 << 20);
 }
 
 // Done when: `--policy os` binds nothing (threads carry "cpus": null).
@@ -553,23 +553,40 @@ fn bad_reserve_cores_list() {
 }
 
 #[test]
-fn buffer_mem_auto_gives_four_slots_per_data_thread() {
+fn buffer_mem_auto_gives_four_slots_per_data_thread_and_one_per_read_in_flight() {
     let total = |extra: &[&str]| {
         let mut args = vec!["plan", "--topology", DTN, "--json"];
         args.extend_from_slice(extra);
         buffer_bytes(&sluice(&args).json())
     };
-    // Both sides: 2+2 streams, 2+2 I/O threads; 4 MiB chunks.
-    assert_eq!(total(&[]), 8 * 4 * (4 << 20));
-    assert_eq!(total(&["--buffer-mem", "auto"]), 8 * 4 * (4 << 20));
-    assert_eq!(total(&["--io-threads", "4"]), 12 * 4 * (4 << 20));
+    // Both sides: 2+2 streams, 2+2 I/O threads; 4 MiB chunks; each of the 2 io-read
+    // threads keeps 4 reads in flight (3 slots beyond its own).
+    assert_eq!(total(&[]), (8 * 4 + 2 * 3) * (4 << 20));
+    assert_eq!(
+        total(&["--buffer-mem", "auto"]),
+        (8 * 4 + 2 * 3) * (4 << 20)
+    );
+    assert_eq!(total(&["--read-depth", "1"]), 8 * 4 * (4 << 20));
+    assert_eq!(total(&["--read-depth", "8"]), (8 * 4 + 2 * 7) * (4 << 20));
+    assert_eq!(total(&["--io-threads", "4"]), (12 * 4 + 4 * 3) * (4 << 20));
     assert_eq!(
         total(&["--side", "send", "--chunk-size", "1MiB"]),
-        4 * 4 * (1 << 20)
+        (4 * 4 + 2 * 3) * (1 << 20)
     );
+    // The receiving side reads nothing.
+    assert_eq!(total(&["--side", "recv"]), 4 * 4 * (4 << 20));
     // At least 8 slots; an explicit size is taken as given.
     assert_eq!(
-        total(&["--side", "send", "--streams", "1", "--io-threads", "1"]),
+        total(&[
+            "--side",
+            "send",
+            "--streams",
+            "1",
+            "--io-threads",
+            "1",
+            "--read-depth",
+            "1"
+        ]),
         8 * (4 << 20)
     );
     assert_eq!(total(&["--buffer-mem", "1GiB"]), 1 << 30);

@@ -630,6 +630,63 @@ fn large_file_with_one_and_four_streams_on_both_pipelines() {
 }
 
 #[test]
+fn reads_in_flight_at_any_depth_move_files_byte_identical_both_ways() {
+    // Large files are read with O_DIRECT through each io-read thread's ring, up to
+    // --read-depth chunks at once (the temp dir is on a disk file system; where it is
+    // not, reads go one at a time and the summary says so).
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = t.path().join("src");
+    for (i, mib) in [7usize, 3, 1].into_iter().enumerate() {
+        write(
+            &src.join(format!("f{i}.bin")),
+            &bytes(40 + i as u64, mib * MIB + 4097 * i),
+        );
+    }
+    let direct = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(src.join("f0.bin"))
+            .is_ok()
+    };
+    let d = Daemon::start_with(&root, &["--read-depth", "8"], &[]);
+    for depth in ["1", "2", "8"] {
+        let dest = format!("d{depth}");
+        let push = cp(&[
+            "-r",
+            "--json",
+            "--read-depth",
+            depth,
+            &slash(&src),
+            &d.url(&dest),
+        ]);
+        let v = push.ok().json();
+        assert_same_tree(&src, &root.join(&dest));
+        let used = v["read_depth"].as_u64().unwrap();
+        assert!(used >= 1 && used <= depth.parse().unwrap(), "{depth}: {v}");
+        if direct && depth != "1" {
+            assert!(used > 1, "{depth}: reads went one at a time: {v}");
+        }
+        let pulled = t.path().join(format!("pulled{depth}"));
+        cp(&[
+            "-r",
+            "--read-depth",
+            depth,
+            &d.url(&format!("{dest}/")),
+            s(&pulled),
+        ])
+        .ok();
+        assert_same_tree(&src, &pulled);
+    }
+    let out = cp(&["-r", "--read-depth", "0", s(&src), &d.url("x")]);
+    out.code(2);
+    assert!(out.stderr.contains("--read-depth"), "{}", out.stderr);
+}
+
+#[test]
 fn policies_another_topology_fsync_and_io_threads() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("root");

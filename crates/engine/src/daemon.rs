@@ -36,6 +36,8 @@ pub struct ServeConfig {
     pub runtime: Arc<Runtime>,
     /// Storage threads per session.
     pub io_threads: u32,
+    /// Large-file reads each io-read thread keeps in flight (pulls from the daemon).
+    pub read_depth: u32,
     /// Connections handled at once (control + data); more are refused.
     pub max_connections: usize,
     /// The address clients reach each NIC of the plan at, by NIC name: a session
@@ -267,6 +269,7 @@ impl Daemon {
             streams,
             chunk_bytes,
             io_threads: self.cfg.io_threads,
+            read_depth: self.cfg.read_depth,
             resume: open.options.resume,
             no_clobber: open.options.no_clobber,
             update: open.options.update,

@@ -213,14 +213,8 @@ impl Scheduler {
     pub fn next(&self, timeout: Duration) -> Option<Result<Work, ()>> {
         let mut s = self.lock();
         loop {
-            if let Some(w) = s.retries.pop_front() {
+            if let Some(w) = self.ready_work(&mut s) {
                 return Some(Ok(w));
-            }
-            if let Some(w) = self.next_chunk(&mut s) {
-                return Some(Ok(w));
-            }
-            if let Some(p) = s.packs.pop_front() {
-                return Some(Ok(Work::Pack(p)));
             }
             if s.closed {
                 if s.open_pack.is_empty() {
@@ -243,6 +237,22 @@ impl Scheduler {
 
     /// Tops the layout scheduler up from the active files, one chunk per file in turn
     /// (so several files, hence targets, are pending), then takes its choice.
+    /// Work ready now, without waiting: a retry, the next chunk by layout, or a full
+    /// pack (an io-read thread with reads in flight tops its queue up with it).
+    pub fn try_next(&self) -> Option<Work> {
+        self.ready_work(&mut self.lock())
+    }
+
+    fn ready_work(&self, s: &mut State) -> Option<Work> {
+        if let Some(w) = s.retries.pop_front() {
+            return Some(w);
+        }
+        if let Some(w) = self.next_chunk(s) {
+            return Some(w);
+        }
+        s.packs.pop_front().map(Work::Pack)
+    }
+
     fn next_chunk(&self, s: &mut State) -> Option<Work> {
         while s.layout.has_room() {
             let Some(mut a) = s.files.pop_front() else {

@@ -12,6 +12,7 @@ use crate::error::EngineError;
 use crate::fs::layout::{BlockDeviceLayout, Layout, SimulatedStripes, TargetTable};
 use crate::fs::Root;
 use crate::fs::Scanner;
+use crate::readahead::{self, ReadAhead};
 use crate::runtime::{queue_for, Queues, Runtime};
 use crate::sched::{Scheduler, SrcFile, Work};
 use crate::stats::{FileOutcome, Stats};
@@ -147,6 +148,248 @@ impl Dispatch {
                 out.segments.clear();
                 Ok(Some(out.segments))
             }
+        }
+    }
+}
+
+/// What an io-read thread is given; [`Reader::run`] is its body.
+struct Reader {
+    pool: Arc<sluice_buffers::BufferPool>,
+    sched: Arc<Scheduler>,
+    stats: Arc<Stats>,
+    abort: Arc<AtomicBool>,
+    control: ControlTx,
+    /// The channel's compress stage, when the session has one.
+    to_compress: Option<Sender<Outgoing>>,
+    mode: CompressMode,
+    auto: Arc<SharedAuto>,
+    inline: bool,
+    direct: bool,
+    prefetch_stride: u64,
+    /// Large-file reads kept in flight through io_uring (1: none, read in turn).
+    read_depth: u32,
+}
+
+/// An io-read thread at work: its scratch state besides what it was given.
+struct Reading {
+    compressor: Compressor,
+    open: OpenFile,
+    /// A packed chunk's segment list, reused (inline, it travels and comes back).
+    segments: Vec<Segment>,
+    ahead: Option<ReadAhead>,
+    /// Reads the ring finished, waiting to be shipped (room for `read_depth`, reused).
+    finished: Vec<readahead::Finished>,
+}
+
+impl Reader {
+    /// Takes work from the scheduler until it closes (or the session aborts), reads it
+    /// into this channel's slots and ships each chunk. A large file's chunks opened with
+    /// `O_DIRECT` go through the thread's ring, up to `read_depth` at a time: the disk
+    /// keeps requests queued while the thread checksums and sends; everything else
+    /// (packs, the page cache) is read in turn.
+    fn run(self, mut dispatch: Dispatch) -> Result<(), EngineError> {
+        let ahead = if self.direct && self.read_depth > 1 {
+            ReadAhead::new(self.read_depth)
+                .inspect_err(|e| {
+                    static NO_RING: std::sync::Once = std::sync::Once::new();
+                    NO_RING.call_once(|| {
+                        tracing::warn!(
+                            "io_uring unavailable ({e}): large files are read one chunk at a time"
+                        );
+                    });
+                })
+                .ok()
+        } else {
+            None
+        };
+        self.stats.note_read_depth(1);
+        let mut r = Reading {
+            compressor: Compressor::sharing(self.mode, &self.auto),
+            open: OpenFile::new(self.direct, self.prefetch_stride),
+            segments: Vec::new(),
+            ahead,
+            finished: Vec::with_capacity(self.read_depth as usize),
+        };
+        self.work(&mut r, &mut dispatch)
+    }
+
+    fn work(&self, r: &mut Reading, dispatch: &mut Dispatch) -> Result<(), EngineError> {
+        loop {
+            if self.abort.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let idle = r.ahead.as_ref().is_none_or(ReadAhead::is_empty);
+            let next = if idle {
+                match self.sched.next(Duration::from_millis(200)) {
+                    None => return Ok(()),
+                    Some(Err(())) => continue,
+                    Some(Ok(work)) => match self.acquire() {
+                        Some(slot) => Some((work, slot)),
+                        None => return Ok(()),
+                    },
+                }
+            } else if r.ahead.as_ref().is_some_and(ReadAhead::has_room) {
+                // Top the ring up only with what is ready now, and a slot free now.
+                self.pool
+                    .try_acquire()
+                    .and_then(|slot| self.sched.try_next().map(|work| (work, slot)))
+            } else {
+                None
+            };
+            let going = match next {
+                Some((work, slot)) => self.take(r, dispatch, work, slot)?,
+                None => self.reap(r, dispatch)?,
+            };
+            if !going {
+                return Ok(());
+            }
+        }
+    }
+
+    /// A slot of this channel's pool, or `None` once the session aborts: never wait for
+    /// ever on slots held by a queue whose senders are gone.
+    fn acquire(&self) -> Option<Slot> {
+        loop {
+            if self.abort.load(Ordering::Relaxed) {
+                return None;
+            }
+            if let Some(s) = self.pool.acquire_timeout(Duration::from_millis(200)) {
+                return Some(s);
+            }
+        }
+    }
+
+    /// Starts `work` on the ring when it is a large file's chunk read with `O_DIRECT`,
+    /// else reads it now and ships it. `false`: the session is ending.
+    fn take(
+        &self,
+        r: &mut Reading,
+        dispatch: &mut Dispatch,
+        work: Work,
+        mut slot: Slot,
+    ) -> Result<bool, EngineError> {
+        let target = match &work {
+            Work::Chunk { target, .. } => *target,
+            Work::Pack(_) => None,
+        };
+        let mut work = work;
+        if let (Some(ahead), Work::Chunk { file, .. }) = (r.ahead.as_mut(), &work) {
+            if let Ok((f, true)) = r.open.get(file) {
+                match ahead.start(work, slot, f) {
+                    Ok(()) => {
+                        self.stats.note_read_depth(ahead.in_flight());
+                        return Ok(true);
+                    }
+                    Err((w, s, e)) => {
+                        tracing::debug!("read-ahead refused a chunk ({e}): read in turn");
+                        (work, slot) = (w, s);
+                    }
+                }
+            }
+        }
+        r.segments.clear();
+        let read = read_work(
+            &work,
+            &mut r.open,
+            &mut slot,
+            &mut r.segments,
+            &self.control,
+            &self.stats,
+        );
+        if let Some(t) = target {
+            self.sched.done(t);
+        }
+        match read {
+            Some(header) => self.ship(r, dispatch, header, slot),
+            None => Ok(true),
+        }
+    }
+
+    /// Waits for reads on the ring to finish and ships them. `false`: the session is
+    /// ending.
+    fn reap(&self, r: &mut Reading, dispatch: &mut Dispatch) -> Result<bool, EngineError> {
+        let Some(ahead) = r.ahead.as_mut() else {
+            return Ok(true);
+        };
+        let finished = &mut r.finished;
+        ahead
+            .complete(|f| finished.push(f))
+            .map_err(|e| EngineError::io("waiting for reads in flight", e))?;
+        let mut finished = std::mem::take(&mut r.finished);
+        let mut going = true;
+        for f in finished.drain(..) {
+            let (p, result) = match f {
+                Ok(p) => (p, Ok(())),
+                Err((p, e)) => (p, Err(e)),
+            };
+            let Work::Chunk {
+                file,
+                offset,
+                target,
+                ..
+            } = &p.work
+            else {
+                continue;
+            };
+            if let Some(t) = target {
+                self.sched.done(*t);
+            }
+            match result {
+                Ok(()) if going => {
+                    let header = chunk_header(file, *offset, &p.slot);
+                    r.segments.clear();
+                    going = self.ship(r, dispatch, header, p.slot)?;
+                }
+                Ok(()) => {}
+                Err(e) => fail_file(
+                    &self.control,
+                    &self.stats,
+                    file,
+                    &format!("reading {:?} at {offset}: {e}", file.src_path.as_str()),
+                ),
+            }
+        }
+        r.finished = finished;
+        Ok(going)
+    }
+
+    /// Hands a chunk read into `slot` on: to the compress stage, or compressed (when on)
+    /// and sent by this thread or queued for the senders. `false`: the session is ending.
+    fn ship(
+        &self,
+        r: &mut Reading,
+        dispatch: &mut Dispatch,
+        header: ChunkHeader,
+        slot: Slot,
+    ) -> Result<bool, EngineError> {
+        // While `auto` sends raw, the hand-off to a compress thread would only cost a
+        // context switch: ship it from here.
+        let stage = self
+            .to_compress
+            .as_ref()
+            .filter(|_| self.mode != CompressMode::Auto || self.auto.compressing());
+        // Inline, the segment list goes out and comes back (no allocation); a queue gets
+        // its own copy (packed chunks only: a large file's chunk has none).
+        let handed = if stage.is_some() || !self.inline {
+            r.segments.clone()
+        } else {
+            std::mem::take(&mut r.segments)
+        };
+        let out = Outgoing {
+            header,
+            segments: handed,
+            slot,
+        };
+        match stage {
+            Some(q) => Ok(q.send(out).is_ok()),
+            None => match dispatch.ship(out, &mut r.compressor)? {
+                Some(back) if self.inline => {
+                    r.segments = back;
+                    Ok(true)
+                }
+                Some(_) => Ok(true),
+                None => Ok(false),
+            },
         }
     }
 }
@@ -296,83 +539,25 @@ pub fn run(
     // I/O threads.
     for r in 0..opts.io_threads.max(1) {
         let (channel, pool) = runtime.pool_for(Role::IoRead, r);
-        let sched = Arc::clone(&sched);
-        let stats = Arc::clone(stats);
-        let abort = Arc::clone(&abort);
-        let control = control.clone();
-        let to_compress = queue_for(&stage, channel, r);
-        let mut dispatch = dispatch_for(channel, r);
-        let direct = opts.direct;
-        let mode = opts.compress;
-        let auto = Arc::clone(&auto);
-        // Readers take a file's chunks in turn: this one's next is `io_threads` ahead.
-        let prefetch_stride = u64::from(opts.io_threads.max(1));
+        let reader = Reader {
+            pool,
+            sched: Arc::clone(&sched),
+            stats: Arc::clone(stats),
+            abort: Arc::clone(&abort),
+            control: control.clone(),
+            to_compress: queue_for(&stage, channel, r),
+            mode: opts.compress,
+            auto: Arc::clone(&auto),
+            inline,
+            direct: opts.direct,
+            // Readers take a file's chunks in turn: this one's next is `io_threads` ahead.
+            prefetch_stride: u64::from(opts.io_threads.max(1)),
+            read_depth: opts.read_depth,
+        };
+        let dispatch = dispatch_for(channel, r);
         threads.push(
             runtime
-                .spawn(Role::IoRead, r, move || -> Result<(), EngineError> {
-                    let mut segments: Vec<Segment> = Vec::new();
-                    let mut compressor = Compressor::sharing(mode, &auto);
-                    let mut open = OpenFile::new(direct, prefetch_stride);
-                    loop {
-                        if abort.load(Ordering::Relaxed) {
-                            return Ok(());
-                        }
-                        let work = match sched.next(Duration::from_millis(200)) {
-                            None => return Ok(()),
-                            Some(Err(())) => continue,
-                            Some(Ok(w)) => w,
-                        };
-                        // A slot, or the session's end: never wait forever on slots held
-                        // by a queue whose senders are gone.
-                        let mut slot = loop {
-                            if abort.load(Ordering::Relaxed) {
-                                return Ok(());
-                            }
-                            if let Some(s) = pool.acquire_timeout(Duration::from_millis(200)) {
-                                break s;
-                            }
-                        };
-                        segments.clear();
-                        let Some((header, target)) =
-                            read_work(&work, &mut open, &mut slot, &mut segments, &control, &stats)
-                        else {
-                            continue;
-                        };
-                        if let Some(t) = target {
-                            sched.done(t);
-                        }
-                        // While `auto` sends raw, the hand-off to a compress thread
-                        // would only cost a context switch: ship it from here.
-                        let stage = to_compress
-                            .as_ref()
-                            .filter(|_| mode != CompressMode::Auto || auto.compressing());
-                        // Inline, the segment list goes out and comes back (no allocation);
-                        // a queue gets its own copy (packed chunks only: a large file's
-                        // chunk has none).
-                        let handed = if stage.is_some() || !inline {
-                            segments.clone()
-                        } else {
-                            std::mem::take(&mut segments)
-                        };
-                        let out = Outgoing {
-                            header,
-                            segments: handed,
-                            slot,
-                        };
-                        match stage {
-                            Some(q) => {
-                                if q.send(out).is_err() {
-                                    return Ok(());
-                                }
-                            }
-                            None => match dispatch.ship(out, &mut compressor)? {
-                                Some(back) if inline => segments = back,
-                                Some(_) => {}
-                                None => return Ok(()),
-                            },
-                        }
-                    }
-                })
+                .spawn(Role::IoRead, r, move || reader.run(dispatch))
                 .map_err(|e| EngineError::io("starting an io-read thread", e))?,
         );
     }
@@ -446,7 +631,7 @@ struct OpenFile {
     direct: bool,
     /// Chunks between this reader's successive chunks of a file (the reader count).
     stride: u64,
-    current: Option<(u64, std::fs::File, bool)>,
+    current: Option<(u64, Arc<std::fs::File>, bool)>,
 }
 
 impl OpenFile {
@@ -458,17 +643,18 @@ impl OpenFile {
         }
     }
 
-    /// The open file for `file`, and whether it reads with `O_DIRECT`.
-    fn get(&mut self, file: &SrcFile) -> Result<(&std::fs::File, bool), crate::fs::FsError> {
+    /// The open file for `file` (a handle a read in flight can keep while this reader
+    /// moves on to another file), and whether it reads with `O_DIRECT`.
+    fn get(&mut self, file: &SrcFile) -> Result<(Arc<std::fs::File>, bool), crate::fs::FsError> {
         let current = match self.current.take() {
             Some(c) if c.0 == file.id => c,
             _ => {
                 let (f, direct) = open_chunk_file(file, self.direct)?;
-                (file.id, f, direct)
+                (file.id, Arc::new(f), direct)
             }
         };
         let (_, f, direct) = self.current.insert(current);
-        Ok((f, *direct))
+        Ok((Arc::clone(f), *direct))
     }
 
     /// Asks the kernel to start reading the chunk after `offset`+`len` this reader will
@@ -489,8 +675,8 @@ impl OpenFile {
     }
 }
 
-/// Reads one piece of work into `slot`; returns its chunk header and the storage target
-/// to release. Files that cannot be read are reported to the sink as failed and left out.
+/// Reads one piece of work into `slot`; returns its chunk header. Files that cannot be
+/// read are reported to the sink as failed and left out.
 fn read_work(
     work: &Work,
     open: &mut OpenFile,
@@ -498,14 +684,10 @@ fn read_work(
     segments: &mut Vec<Segment>,
     control: &ControlTx,
     stats: &Stats,
-) -> Option<(ChunkHeader, Option<u32>)> {
+) -> Option<ChunkHeader> {
     match work {
         Work::Chunk {
-            file,
-            index: _,
-            offset,
-            len,
-            target,
+            file, offset, len, ..
         } => {
             let chunk_len = *len;
             let len = *len as usize;
@@ -514,9 +696,9 @@ fn read_work(
                 .map_err(|e| e.to_string())
                 .and_then(|(f, direct)| {
                     if direct {
-                        read_direct_at(f, slot, len, *offset)
+                        read_direct_at(&f, slot, len, *offset)
                     } else {
-                        read_full_at(f, &mut slot[..len], *offset)
+                        read_full_at(&f, &mut slot[..len], *offset)
                     }
                     .map_err(|e| format!("reading {:?} at {offset}: {e}", file.src_path.as_str()))
                 });
@@ -526,9 +708,7 @@ fn read_work(
             match result {
                 Ok(()) => {
                     slot.set_filled(len);
-                    let last = *offset + len as u64 >= file.size;
-                    let header = ChunkHeader::plain(file.id, *offset, slot.filled_bytes(), last);
-                    Some((header, *target))
+                    Some(chunk_header(file, *offset, slot))
                 }
                 Err(msg) => {
                     fail_file(control, stats, file, &msg);
@@ -583,9 +763,15 @@ fn read_work(
             header.flags.set(ChunkFlags::PACKED, true);
             header.segments = u16::try_from(segments.len()).unwrap_or(u16::MAX);
             header.checksum = chunk_checksum(slot.filled_bytes());
-            Some((header, None))
+            Some(header)
         }
     }
+}
+
+/// The header of chunk `offset` of `file`, read into `slot` (its checksum computed now).
+fn chunk_header(file: &SrcFile, offset: u64, slot: &Slot) -> ChunkHeader {
+    let last = offset + slot.filled() as u64 >= file.size;
+    ChunkHeader::plain(file.id, offset, slot.filled_bytes(), last)
 }
 
 fn fail_file(control: &ControlTx, stats: &Stats, file: &SrcFile, msg: &str) {

@@ -62,6 +62,7 @@ struct Inner {
     scan_errors: Vec<String>,
     pipeline: &'static str,
     io_mode: &'static str,
+    read_depth: u32,
     codec_threads: u32,
 }
 
@@ -125,6 +126,13 @@ impl Stats {
     /// Records how this side reads or writes large files (`direct` or `buffered`).
     pub fn set_io_mode(&self, direct: bool) {
         self.inner().io_mode = if direct { "direct" } else { "buffered" };
+    }
+
+    /// Records the most large-file reads an io-read thread kept in flight (source; 1:
+    /// one at a time, as buffered reads and a kernel without io_uring do).
+    pub fn note_read_depth(&self, depth: u32) {
+        let mut i = self.inner();
+        i.read_depth = i.read_depth.max(depth);
     }
 
     /// Records how many compress (source) or decompress (sink) threads ran.
@@ -278,6 +286,7 @@ impl Stats {
             },
             pipeline: i.pipeline,
             io_mode: i.io_mode,
+            read_depth: i.read_depth,
             codec_threads: i.codec_threads,
             channels: i.channels.clone(),
             plan: plan.clone(),
@@ -318,6 +327,10 @@ pub struct Summary {
     /// How this side read or wrote large files: `direct` (`O_DIRECT`, where the file
     /// system allowed it) or `buffered` (the page cache).
     pub io_mode: &'static str,
+    /// The most large-file reads an io-read thread had in flight at once (at most
+    /// `--read-depth`; 1 where reads went one at a time: buffered, or no io_uring); 0 on
+    /// the receiving side.
+    pub read_depth: u32,
     /// Compress (this side sends) or decompress (this side receives) threads the session
     /// ran as a stage of their own; 0: the I/O or network threads did it themselves.
     pub codec_threads: u32,
