@@ -183,6 +183,25 @@ fn huge_claims_allocate_nothing_large() {
 }
 
 #[test]
+fn regression_a_count_that_lies_allocated_for_the_claim_not_the_bytes() {
+    // An `Addresses` frame claiming 256 entries with one behind it (found by
+    // `mutated_valid_frames`): the decoder reserved room for 256 (8 KiB for 20 bytes).
+    let mut body = 256u16.to_le_bytes().to_vec();
+    body.extend_from_slice(&[0, 0, 4, 10, 0, 0, 1, 0x1f, 0x90]);
+    let mut b = vec![sluice_wire::FrameType::Addresses as u8, 0];
+    b.extend_from_slice(&u32::try_from(body.len()).unwrap_or(0).to_le_bytes());
+    b.extend_from_slice(&body);
+    let largest = largest_allocation(&b);
+    // The decoder's own 4 KiB scratch, and a few times the input; not 256 entries.
+    let claimed = 256 * std::mem::size_of::<sluice_wire::StreamAddress>();
+    assert!(
+        largest <= 4096 + 4 * b.len() && largest < claimed,
+        "{} bytes made {largest}",
+        b.len()
+    );
+}
+
+#[test]
 fn the_counter_counts() {
     LARGEST.with(|l| l.set(0));
     TRACKING.with(|t| t.set(true));

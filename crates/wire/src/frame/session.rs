@@ -353,7 +353,11 @@ impl Body for Addresses {
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let count = r.u16("Addresses.count")?;
         crate::codec::check_limit("Addresses.count", count.into(), MAX_STREAMS.into())?;
-        let mut entries = Vec::with_capacity(usize::from(count));
+        // Room for what the body can hold (an entry takes at least 9 bytes), not for
+        // what `count` claims: a lying count allocates nothing the bytes do not back.
+        const MIN_ENTRY_BYTES: usize = 2 + 1 + 4 + 2;
+        let mut entries =
+            Vec::with_capacity(usize::from(count).min(r.remaining() / MIN_ENTRY_BYTES));
         for _ in 0..count {
             let stream_index = r.u16("Addresses.stream_index")?;
             if stream_index >= MAX_STREAMS
