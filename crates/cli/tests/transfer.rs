@@ -975,7 +975,8 @@ fn fifty_thousand_small_files() {
     eprintln!("50 000 files pushed in {:?}", started.elapsed());
     let t1 = Instant::now();
     assert_eq!(v["files_failed"], 0);
-    assert_eq!(v["files"], 50_000 + 500 + 1, "{}", v["files"]);
+    assert_eq!(v["files"], 50_000, "{}", v["files"]);
+    assert_eq!(v["dirs"], 500 + 1, "{}", v["dirs"]);
     assert_eq!(v["bytes"], total);
     let (a, b) = (snapshot(&src), snapshot(&root.join("many")));
     assert_eq!(a.len(), 50_500);
@@ -1007,7 +1008,9 @@ fn json_summary_has_every_field_and_true_digests() {
     assert_eq!(v["ok"], true);
     assert_eq!(v["bytes"], total);
     assert_eq!(v["wire_bytes"], total, "no compression: wire = payload");
-    assert_eq!(v["files"], 4, "src, big.bin, small.bin, empty: {v}");
+    assert_eq!(v["files"], 3, "big.bin, small.bin, empty: {v}");
+    assert_eq!(v["dirs"], 1, "src: {v}");
+    assert_eq!(v["symlinks"], 0, "{v}");
     assert_eq!(v["files_failed"], 0);
     let seconds = v["seconds"].as_f64().expect("seconds");
     assert!(seconds > 0.0 && seconds < 60.0, "{seconds}");

@@ -73,6 +73,8 @@ pub struct Stats {
     files_announced: AtomicU64,
     bytes_announced: AtomicU64,
     files_done: AtomicU64,
+    dirs_done: AtomicU64,
+    symlinks_done: AtomicU64,
     files_failed: AtomicU64,
     files_skipped: AtomicU64,
     bytes_done: AtomicU64,
@@ -101,6 +103,8 @@ impl Stats {
             files_announced: AtomicU64::new(0),
             bytes_announced: AtomicU64::new(0),
             files_done: AtomicU64::new(0),
+            dirs_done: AtomicU64::new(0),
+            symlinks_done: AtomicU64::new(0),
             files_failed: AtomicU64::new(0),
             files_skipped: AtomicU64::new(0),
             bytes_done: AtomicU64::new(0),
@@ -202,7 +206,12 @@ impl Stats {
     pub fn file_done(&self, entry: &FileEntry, outcome: FileOutcome) {
         match outcome {
             FileOutcome::Done { digest } => {
-                self.files_done.fetch_add(1, Ordering::Relaxed);
+                match entry.kind {
+                    sluice_wire::FileKind::File => &self.files_done,
+                    sluice_wire::FileKind::Dir => &self.dirs_done,
+                    sluice_wire::FileKind::Symlink => &self.symlinks_done,
+                }
+                .fetch_add(1, Ordering::Relaxed);
                 self.bytes_done.fetch_add(entry.size, Ordering::Relaxed);
                 self.push_row(FileRow {
                     path: entry.path.as_str().to_string(),
@@ -267,6 +276,8 @@ impl Stats {
         let i = self.inner();
         let bytes = self.payload_bytes.load(Ordering::Relaxed);
         let files_done = self.files_done.load(Ordering::Relaxed);
+        let dirs = self.dirs_done.load(Ordering::Relaxed);
+        let symlinks = self.symlinks_done.load(Ordering::Relaxed);
         let files_failed = self.files_failed.load(Ordering::Relaxed);
         let files_skipped = self.files_skipped.load(Ordering::Relaxed);
         Summary {
@@ -274,6 +285,8 @@ impl Stats {
             bytes,
             wire_bytes: self.wire_bytes.load(Ordering::Relaxed),
             files: files_done,
+            dirs,
+            symlinks,
             files_skipped,
             files_failed,
             bytes_resumed: self.bytes_resumed.load(Ordering::Relaxed),
@@ -293,7 +306,8 @@ impl Stats {
             failures: i.failures.clone(),
             scan_errors: i.scan_errors.clone(),
             file_report: i.rows.clone(),
-            file_report_truncated: files_done + files_skipped > i.rows.len() as u64,
+            file_report_truncated: files_done + dirs + symlinks + files_skipped
+                > i.rows.len() as u64,
         }
     }
 }
@@ -307,8 +321,12 @@ pub struct Summary {
     pub bytes: u64,
     /// Bytes that crossed the network (chunk payloads; equals `bytes` uncompressed).
     pub wire_bytes: u64,
-    /// Files, directories and links transferred.
+    /// Regular files transferred (empty ones included).
     pub files: u64,
+    /// Directories created or brought up to date.
+    pub dirs: u64,
+    /// Symbolic links created (never followed).
+    pub symlinks: u64,
     /// Files skipped (already present: `--update`, `--no-clobber`).
     pub files_skipped: u64,
     /// Files that failed.
