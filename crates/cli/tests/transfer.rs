@@ -30,6 +30,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(90);
 /// The engine's test-only fault knob (crates/engine/src/source.rs).
 const FAULT_CORRUPT: &str = "SLUICE_FAULT_CORRUPT_CHUNK";
+/// Test knob: `--compress auto` keeps measuring over loopback (where it sends raw).
+const AUTO_ON_LOOPBACK: [(&str, &str); 1] = [("SLUICE_AUTO_ON_LOOPBACK", "1")];
 
 // ---------------------------------------------------------------------------------------
 // Processes
@@ -1408,21 +1410,24 @@ fn compression_round_trips_every_codec_on_push_and_pull_with_and_without_codec_t
             "--log",
             "info",
         ],
-        &[],
+        &AUTO_ON_LOOPBACK,
     );
     for codec in ["lz4", "zstd:3", "auto"] {
         for threads in ["0", "2"] {
             let tag = format!("{}-{threads}", codec.replace(':', ""));
-            let push = cp(&[
-                "-r",
-                "--json",
-                "--compress",
-                codec,
-                "--compress-threads",
-                threads,
-                s(&src),
-                &d.url(&format!("{tag}/")),
-            ]);
+            let push = cp_env(
+                &[
+                    "-r",
+                    "--json",
+                    "--compress",
+                    codec,
+                    "--compress-threads",
+                    threads,
+                    s(&src),
+                    &d.url(&format!("{tag}/")),
+                ],
+                &AUTO_ON_LOOPBACK,
+            );
             let v = push.ok().json();
             assert_same_tree(&src, &root.join(&tag).join("src"));
             assert_eq!(v["bytes"], total, "{tag}: {v}");
@@ -1436,16 +1441,19 @@ fn compression_round_trips_every_codec_on_push_and_pull_with_and_without_codec_t
                 );
             }
             let dst = t.path().join(format!("pulled-{tag}"));
-            let pull = cp(&[
-                "-r",
-                "--json",
-                "--compress",
-                codec,
-                "--decompress-threads",
-                threads,
-                &d.url(&format!("{tag}/src")),
-                s(&dst),
-            ]);
+            let pull = cp_env(
+                &[
+                    "-r",
+                    "--json",
+                    "--compress",
+                    codec,
+                    "--decompress-threads",
+                    threads,
+                    &d.url(&format!("{tag}/src")),
+                    s(&dst),
+                ],
+                &AUTO_ON_LOOPBACK,
+            );
             let v = pull.ok().json();
             assert_same_tree(&src, &dst);
             assert_eq!(v["codec_threads"], threads.parse::<u64>().unwrap(), "{tag}");
@@ -1482,16 +1490,23 @@ fn auto_measures_goodput_on_the_sinks_acknowledgements_on_push_and_pull() {
         .collect();
     let src = t.path().join("frames.bin");
     write(&src, &pattern);
-    let d = Daemon::start_with(&root, &["--log", "sluice_engine::codec=debug"], &[]);
-    let push = cp(&[
-        "--json",
-        "--compress",
-        "auto",
-        "--log",
-        "sluice_engine::codec=debug",
-        s(&src),
-        &d.url("pushed.bin"),
-    ]);
+    // Over loopback `auto` sends raw (no codec can beat a memory copy); the test knob
+    // keeps it measuring.
+    let on_loopback = AUTO_ON_LOOPBACK;
+    let log = ["--log", "sluice_engine::codec=debug"];
+    let d = Daemon::start_with(&root, &log, &on_loopback);
+    let push = cp_env(
+        &[
+            "--json",
+            "--compress",
+            "auto",
+            log[0],
+            log[1],
+            s(&src),
+            &d.url("pushed.bin"),
+        ],
+        &on_loopback,
+    );
     push.ok();
     assert_same_file(&src, &root.join("pushed.bin"));
     assert!(
@@ -1500,9 +1515,43 @@ fn auto_measures_goodput_on_the_sinks_acknowledgements_on_push_and_pull() {
         push.stderr
     );
     let pulled = t.path().join("pulled.bin");
-    cp(&["--compress", "auto", &d.url("pushed.bin"), s(&pulled)]).ok();
+    cp_env(
+        &["--compress", "auto", &d.url("pushed.bin"), s(&pulled)],
+        &on_loopback,
+    )
+    .ok();
     assert_same_file(&src, &pulled);
     assert!(d.log().contains("auto: epoch 0 "), "pull: {}", d.log());
+    // Without it, both directions send raw to this very host and say why.
+    let plain = Daemon::start_with(&root, &["--log", "info"], &[]);
+    let push = cp(&[
+        "--json",
+        "--compress",
+        "auto",
+        "--log",
+        "info",
+        s(&src),
+        &plain.url("raw.bin"),
+    ]);
+    let v = push.ok().json();
+    assert_eq!(v["wire_bytes"], v["bytes"], "{v}");
+    assert!(
+        push.stderr.contains("the peer is this host"),
+        "{}",
+        push.stderr
+    );
+    cp(&[
+        "--compress",
+        "auto",
+        &plain.url("raw.bin"),
+        s(&t.path().join("raw-pulled.bin")),
+    ])
+    .ok();
+    assert!(
+        plain.log().contains("the peer is this host"),
+        "{}",
+        plain.log()
+    );
 }
 
 #[test]

@@ -116,13 +116,14 @@ impl Dispatch {
         let wire = out.header.wire_len as usize;
         let payload = out.header.raw_len as usize;
         let key = (out.header.file_id, out.header.offset);
+        let handing = std::time::Instant::now();
         match &self.queue {
             Some(q) if !self.inline => {
                 // A full queue holds the thread back: `auto` sees the senders' pace.
                 if q.send(out).is_err() {
                     return Ok(None);
                 }
-                compressor.record_sent(key, payload);
+                compressor.record_sent(key, payload, handing.elapsed());
                 Ok(Some(Vec::new()))
             }
             _ => {
@@ -144,7 +145,7 @@ impl Dispatch {
                 }
                 self.rr = self.rr.wrapping_add(1);
                 self.stats.add_wire(self.channel, wire as u64);
-                compressor.record_sent(key, payload);
+                compressor.record_sent(key, payload, handing.elapsed());
                 out.segments.clear();
                 Ok(Some(out.segments))
             }
@@ -417,6 +418,9 @@ pub fn run(
     let sources = Sources::new(specs);
     let abort = Arc::new(AtomicBool::new(false));
 
+    let compress = opts
+        .compress
+        .toward(conns.first().is_some_and(ChunkSender::peer_is_this_host));
     // Connections grouped by the channel their net thread belongs to on this host.
     let stream_count = u32::try_from(conns.len()).unwrap_or(u32::MAX);
     let mut by_channel: HashMap<u32, Vec<Arc<Conn>>> = HashMap::new();
@@ -496,7 +500,9 @@ pub fn run(
     if opts.chunk_acks {
         auto.measure_on_ack();
     }
-    let staged = opts.compress != CompressMode::None && compress_threads > 0;
+    // Raw chunks are handed to the wire by the io-read threads themselves.
+    auto.set_senders(opts.io_threads.max(1));
+    let staged = compress != CompressMode::None && compress_threads > 0;
     auto.set_threads(if staged {
         compress_threads
     } else {
@@ -516,7 +522,7 @@ pub fn run(
                 .clone();
             let mut dispatch = dispatch_for(channel, c);
             let abort = Arc::clone(&abort);
-            let mode = opts.compress;
+            let mode = compress;
             let auto = Arc::clone(&auto);
             threads.push(
                 runtime
@@ -546,7 +552,7 @@ pub fn run(
             abort: Arc::clone(&abort),
             control: control.clone(),
             to_compress: queue_for(&stage, channel, r),
-            mode: opts.compress,
+            mode: compress,
             auto: Arc::clone(&auto),
             inline,
             direct: opts.direct,

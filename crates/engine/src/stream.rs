@@ -186,6 +186,9 @@ impl StreamSender {
                 3 * u32::from(accept.streams()) + 1
             )));
         }
+        let compress_mode = opts
+            .compress
+            .toward(data.first().is_some_and(transport::peer_is_this_host));
         let mut queues = Vec::new();
         let mut threads = Vec::new();
         // One `auto` controller for the stream: it judges the goodput of all connections.
@@ -193,6 +196,7 @@ impl StreamSender {
         if acked {
             auto.measure_on_ack();
         }
+        auto.set_senders(u32::try_from(data.len()).unwrap_or(1));
         // Words never wait: a connection has at most one per record it holds unacknowledged.
         let (word_txs, word_rxs): (Vec<_>, Vec<_>) = (0..data.len())
             .map(|_| bounded::<Word>(slots as usize + 1))
@@ -209,7 +213,7 @@ impl StreamSender {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
             let (tx, rx) = bounded::<Record>(QUEUE_RECORDS);
             queues.push(tx);
-            let compress = opts.compress;
+            let compress = compress_mode;
             let peer = addr.to_string();
             let compressor = Compressor::sharing(compress, &auto);
             let words = acked.then_some(words);
@@ -478,7 +482,12 @@ impl SendLoop {
                     }
                 },
                 default(ACK_TIMEOUT) => {
-                    let at = self.unacked.front().map_or(0, |(h, _, _)| h.offset);
+                    // A producer may pause for as long as it likes; a receiver that holds
+                    // records without a word for this long is gone.
+                    let Some((h, _, _)) = self.unacked.front() else {
+                        continue;
+                    };
+                    let at = h.offset;
                     return Err(EngineError::Aborted(format!(
                         "the receiver at {} acknowledged nothing for {} s (record at byte {at})",
                         self.peer,
@@ -515,9 +524,10 @@ impl SendLoop {
             );
             rec.slot.set_filled(out.wire_len);
         }
+        let handing = std::time::Instant::now();
         self.transmit(&header, &mut rec.slot)?;
         self.compressor
-            .record_sent((STREAM_FILE_ID, rec.offset), raw_len);
+            .record_sent((STREAM_FILE_ID, rec.offset), raw_len, handing.elapsed());
         if keep {
             self.unacked.push_back((header, rec.slot, 0));
         }

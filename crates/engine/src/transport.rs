@@ -29,6 +29,14 @@ pub fn tune(stream: &TcpStream, data: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `stream`'s peer is this very host (loopback, or the socket's own address).
+pub fn peer_is_this_host(stream: &TcpStream) -> bool {
+    match (stream.peer_addr(), stream.local_addr()) {
+        (Ok(peer), Ok(local)) => peer.ip().is_loopback() || peer.ip() == local.ip(),
+        _ => false,
+    }
+}
+
 /// The peer's address as text, for messages.
 pub fn peer_name(stream: &TcpStream) -> String {
     stream
@@ -266,6 +274,12 @@ impl ChunkSender {
             head: Vec::with_capacity(CHUNK_HEADER_BYTES + 4096),
             peer,
         }
+    }
+
+    /// Whether the peer is this very host (loopback, or this socket's own address): the
+    /// bytes then never cross a wire, only memory, copied by the same CPUs.
+    pub fn peer_is_this_host(&self) -> bool {
+        peer_is_this_host(&self.stream)
     }
 
     /// Sends a chunk header, its segment table and its payload with vectored writes
