@@ -337,8 +337,10 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
 fn print_summary(s: &sluice_engine::Summary) {
     let mib = s.bytes as f64 / f64::from(1u32 << 20);
     let _ = crate::output::stdout(&(format!(
-        "{} file(s), {:.1} MiB in {:.2} s ({:.1} MiB/s), {} skipped, {} failed, pipeline {}, policy {}",
+        "{} file(s) ({} directories, {} links), {:.1} MiB in {:.2} s ({:.1} MiB/s), {} skipped, {} failed, pipeline {}, policy {}",
         s.files,
+        s.dirs,
+        s.symlinks,
         mib,
         s.seconds,
         if s.seconds > 0.0 { mib / s.seconds } else { 0.0 },

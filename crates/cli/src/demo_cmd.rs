@@ -195,8 +195,10 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
         let _ = crate::output::stdout(&(serde_json::to_string(&summary)? + "\n"));
     } else {
         let _ = crate::output::stdout(&(format!(
-            "demo: moved {} files, {:.1} MiB in {:.2} s ({:.1} MiB/s) over {} stream(s), pipeline {}, policy {}",
+            "demo: moved {} files ({} directories, {} links), {:.1} MiB in {:.2} s ({:.1} MiB/s) over {} stream(s), pipeline {}, policy {}",
             summary.files,
+            summary.dirs,
+            summary.symlinks,
             summary.bytes as f64 / 1048576.0,
             summary.seconds,
             summary.throughput_bytes_per_sec / 1048576.0,
