@@ -388,6 +388,23 @@ def targets(agg, wl, meta, runs=()):
                 ": the tools differ by more than the disk explains (the tool's own pipeline shows)")
         lines.append("- context (big): disk to disk, " + ", ".join(f"{TOOL_LABEL.get(t, t)} {x['thr'] / MB:,.0f}" for t, x in big)
                      + f" MB/s: every tool within {spread * 100:.0f} % of local cp, which reads and writes the same disk" + tail)
+    # The disk's own read rate for that file, measured in this run (run_disk_ceilings):
+    # no tool that reads it can move it faster, so 1.5x a peer above 2/3 of it cannot be.
+    reads = [(k[4], ok_thr(x)) for k, x in agg.items()
+             if k[0] == "ceiling" and k[2] == "big" and k[3] == "dd" and ok_thr(x)]
+    g = get(agg, "transfer", "lo", "big", "gridftp")
+    if reads:
+        top = max(r for _, r in reads)
+        where = ", ".join(f"{r / MB:,.0f} ({v})" for v, r in reads)
+        tail = ""
+        if ok_thr(g):
+            need = 1.5 * g["thr"]
+            tail = (f"; 1.5× GridFTP ({g['thr'] / MB:,.0f}) is {need / MB:,.0f} MB/s, "
+                    + ("above the fastest read of the file: the disk, not the tool, rules that target out in this run"
+                       if need > top else "within what the disk gives"))
+        s_big = get(agg, "transfer", "lo", "big", "sluice")
+        at = f"; sluice moved it at {ok_thr(s_big) / top:.2f} of the fastest read" if ok_thr(s_big) else ""
+        lines.append(f"- context (big): the disk reads the file, in MB/s, at {where}{at}{tail}")
     mem = {t: get(agg, "sweep", "local" if t == "cp" else "lo", "sweep-big", t) for t in ("cp", "sluice", "gridftp")}
     if ok_thr(mem["sluice"]) and ok_thr(mem["gridftp"]):
         r = mem["sluice"]["thr"] / mem["gridftp"]["thr"]

@@ -152,6 +152,7 @@ main() {
     local t_sec
     t_sec=$(now)
     run_memory_ceilings
+    run_disk_ceilings
     path_setup lo
     IPERF_SECS=$((QUICK ? 2 : 5))
     run_iperf 1 "$IPERF_SECS"

@@ -204,6 +204,43 @@ run_memory_ceilings() {
     log "ceiling  memcpy: dd $(awk -v b=$((count << 20)) -v s="$secs" 'BEGIN { printf "%.1f GB/s", b / s / 1e9 }'), memmove $(awk -v b="$out" 'BEGIN { printf "%.1f GB/s", b / 1e9 }')"
 }
 
+# The disk's read rate for the big workload's file, the way the tools read it: direct
+# 4 MiB reads one at a time (`dd iflag=direct`) and N at once (N readers on N parts), and
+# through the page cache with the kernel's readahead; caches dropped before each, median
+# of REPS. What no tool reading this file can beat, whatever it does after the read.
+run_disk_ceilings() {
+    [ -n "$ONLY" ] && ! [[ "ceiling/local/big/dd" =~ $ONLY ]] && return 0
+    local f=${WL_PATH[big]:-} bytes count v i r t0 secs list par=4 pids
+    [ -f "$f" ] || return 0
+    bytes=$(stat -c %s "$f")
+    count=$((bytes >> 22))
+    for v in "direct 1" "direct $par" "buffered 1"; do
+        set -- $v
+        list=""
+        for ((r = 0; r < REPS; r++)); do
+            drop_caches
+            t0=$(now)
+            pids=()
+            for ((i = 0; i < $2; i++)); do
+                dd if="$f" of=/dev/null bs=4M skip=$((i * count / $2)) count=$((count / $2)) \
+                    $([ "$1" = direct ] && echo iflag=direct) status=none &
+                pids+=($!)
+            done
+            # only the readers: a bare `wait` would also wait for the log's tee
+            wait "${pids[@]}"
+            secs=$(fsub "$(now)" "$t0")
+            list="$list $secs"
+        done
+        secs=$(echo "$list" | tr ' ' '\n' | grep . | median)
+        row section=ceiling path=local workload=big tool=dd variant="$1 read, $2 at once" rep=1 status=ok \
+            flags="dd if=big of=/dev/null bs=4M$([ "$1" = direct ] && echo " iflag=direct") x $2" \
+            seconds="$secs" bytes=$(((count / $2) * $2 << 22)) \
+            throughput_Bps="$(awk -v b=$(((count / $2) * $2 << 22)) -v s="$secs" 'BEGIN { printf "%.0f", b / s }')" \
+            note="the big file read to /dev/null, caches dropped: the disk's read rate"
+        log "ceiling  disk read ($1, $2 at once): $(awk -v b=$(((count / $2) * $2 << 22)) -v s="$secs" 'BEGIN { printf "%.2f GB/s", b / s / 1e9 }')"
+    done
+}
+
 # Seed 001's memory/execution-domain configurations (A-H) for the compression role, and
 # its sender/receiver-socket configurations (A-E), expressed with --place; sluice's own
 # planner says which need a node this machine lacks (it exits 2), and those are recorded
