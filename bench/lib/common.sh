@@ -191,7 +191,13 @@ dst_clear() {
 
 scratch_umount() {
     [ -n "$DST_LOOP" ] || return 0
-    umount "$DST_MNT" 2>/dev/null || umount -l "$DST_MNT" 2>/dev/null
+    # A server that is still exiting may hold it for a moment: retry, then detach lazily.
+    local i
+    for i in 1 2 3 4 5; do
+        umount "$DST_MNT" 2>/dev/null && break
+        sleep 1
+    done
+    mountpoint -q "$DST_MNT" && umount -l "$DST_MNT" 2>/dev/null
     losetup -d "$DST_LOOP" 2>/dev/null
     rm -f "$DST_IMG"
     DST_LOOP="" DST_IMG=""

@@ -67,6 +67,16 @@ fn receiver(out: &std::path::Path, extra: &[&str]) -> (Guard, String) {
 }
 
 fn send(addr: &str, input: &[u8], extra: &[&str]) -> std::process::Output {
+    send_env(addr, input, extra, &[])
+}
+
+/// `send`, with `env` set for the sender.
+fn send_env(
+    addr: &str,
+    input: &[u8],
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
     let mut child = Command::new(BIN)
         .args([
             "stream",
@@ -78,6 +88,7 @@ fn send(addr: &str, input: &[u8], extra: &[&str]) -> std::process::Output {
         ])
         .args(["--chunk-size", "1MiB", "--record-size", "200000"])
         .args(extra)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -140,13 +151,7 @@ fn stream_preserves_order_and_bytes_for_every_codec_and_data_kind() {
             got.len(),
             input.len()
         );
-        let summary: serde_json::Value = serde_json::from_slice(
-            sent.stderr
-                .split(|&b| b == b'\n')
-                .find(|l| l.starts_with(b"{"))
-                .expect("summary"),
-        )
-        .expect("JSON summary");
+        let summary = summary_of(&sent.stderr);
         let (bytes, wire) = (
             summary["bytes"].as_u64().unwrap(),
             summary["wire_bytes"].as_u64().unwrap(),
@@ -258,25 +263,13 @@ fn a_damaged_record_is_sent_again_and_the_stream_arrives_whole_and_in_order() {
     for (i, codec) in ["none", "lz4"].into_iter().enumerate() {
         let input = data(3_000_017, true);
         let out = dir.path().join(format!("resent{i}"));
-        let (mut rx, addr) = receiver(&out, &[]);
-        let mut child = Command::new(BIN)
-            .args(["stream", "send", &format!("sluice://{addr}"), "--json"])
-            .args(["--buffer-mem", "16MiB", "--chunk-size", "1MiB"])
-            .args(["--record-size", "200000", "--streams", "2"])
-            .args(["--compress", codec])
-            .env("SLUICE_FAULT_CORRUPT_CHUNK", "3")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the sender");
-        let mut stdin = child.stdin.take().expect("stdin");
-        let feed = input.clone();
-        let feeder = std::thread::spawn(move || {
-            let _ = stdin.write_all(&feed);
-        });
-        let sent = child.wait_with_output().expect("sender output");
-        let _ = feeder.join();
+        let (rx, addr) = receiver(&out, &[]);
+        let sent = send_env(
+            &addr,
+            &input,
+            &["--streams", "2", "--compress", codec],
+            &[("SLUICE_FAULT_CORRUPT_CHUNK", "3")],
+        );
         assert!(
             sent.status.success(),
             "{codec}: {}",
@@ -288,12 +281,7 @@ fn a_damaged_record_is_sent_again_and_the_stream_arrives_whole_and_in_order() {
             Some(1),
             "{codec}: one record sent again: {summary}"
         );
-        let status = loop {
-            if let Some(s) = rx.0.try_wait().expect("wait") {
-                break s;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = wait_exit(rx, Duration::from_secs(60));
         assert!(status.success(), "{codec}: receiver failed");
         let got = std::fs::read(&out).expect("output");
         assert!(

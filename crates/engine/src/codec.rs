@@ -969,25 +969,32 @@ mod tests {
         );
     }
 
-    #[test]
-    fn auto_never_tries_a_codec_that_cannot_beat_raw() {
-        // Loopback at 2 GB/s, compressors at 500 and 200 MB/s on 2 threads: no epoch is
-        // ever spent compressing (the dry runs cost CPU, not goodput).
+    /// Runs 600 raw chunks at `raw` goodput past a controller for 2 compressing threads
+    /// whose codecs' dry runs give `speed` and `ratio`, and fails if any chunk of them
+    /// is picked for compression.
+    fn assert_never_compresses(speed: [f64; 3], ratio: [f64; 3], raw: f64, what: &str) {
         let mut a = AutoController {
             threads: 2,
             ..AutoController::default()
         };
-        let cpu = [f64::INFINITY, 500.0 * MB, 200.0 * MB];
         let mut t = 0.0;
         for _ in 0..600 {
             let pick = a.pick();
             if let Some(d) = pick.dry {
-                a.observe_speed(d, cpu[d], 0.5);
+                a.observe_speed(d, speed[d], ratio[d]);
             }
-            assert_eq!(pick.codec, 0, "epoch {} compressed", pick.epoch);
-            t += 4.0 * 1048576.0 / (2000.0 * MB);
+            assert_eq!(pick.codec, 0, "{what}: epoch {} compressed", pick.epoch);
+            t += 4.0 * 1048576.0 / raw;
             a.sent(pick.epoch, 4 << 20, t, &|| None);
         }
+    }
+
+    #[test]
+    fn auto_never_tries_a_codec_that_cannot_beat_raw() {
+        // Loopback at 2 GB/s, compressors at 500 and 200 MB/s on 2 threads: no epoch is
+        // ever spent compressing (the dry runs cost CPU, not goodput).
+        let speed = [f64::INFINITY, 500.0 * MB, 200.0 * MB];
+        assert_never_compresses(speed, [1.0, 0.5, 0.5], 2000.0 * MB, "fast link");
     }
 
     #[test]
@@ -995,39 +1002,13 @@ mod tests {
         // Random data behind a 1 Gbit/s link: the link is the bottleneck and LZ4 runs at
         // 700 MB/s, but its dry runs shrink nothing (ratio 1.0): fewer bytes cannot be
         // sent, so no epoch compresses.
-        let mut a = AutoController {
-            threads: 2,
-            ..AutoController::default()
-        };
-        let (cpu, ratio) = ([f64::INFINITY, 700.0 * MB, 300.0 * MB], [1.0, 1.0, 0.99]);
-        let mut t = 0.0;
-        for _ in 0..600 {
-            let pick = a.pick();
-            if let Some(d) = pick.dry {
-                a.observe_speed(d, cpu[d], ratio[d]);
-            }
-            assert_eq!(pick.codec, 0, "random: epoch {} compressed", pick.epoch);
-            t += 4.0 * 1048576.0 / (125.0 * MB);
-            a.sent(pick.epoch, 4 << 20, t, &|| None);
-        }
+        let speed = [f64::INFINITY, 700.0 * MB, 300.0 * MB];
+        assert_never_compresses(speed, [1.0, 1.0, 0.99], 125.0 * MB, "random");
         // Compressible data at 1.3 GB/s raw, LZ4 able to carry 1.5 GB/s by its dry runs:
         // not enough above raw to pay for a trial that the receiver's decompression and
         // the shared cores would likely lose.
-        let mut a = AutoController {
-            threads: 2,
-            ..AutoController::default()
-        };
-        let cpu = [f64::INFINITY, 750.0 * MB, 300.0 * MB];
-        let mut t = 0.0;
-        for _ in 0..600 {
-            let pick = a.pick();
-            if let Some(d) = pick.dry {
-                a.observe_speed(d, cpu[d], 0.5);
-            }
-            assert_eq!(pick.codec, 0, "thin: epoch {} compressed", pick.epoch);
-            t += 4.0 * 1048576.0 / (1300.0 * MB);
-            a.sent(pick.epoch, 4 << 20, t, &|| None);
-        }
+        let speed = [f64::INFINITY, 750.0 * MB, 300.0 * MB];
+        assert_never_compresses(speed, [1.0, 0.5, 0.5], 1300.0 * MB, "thin");
     }
 
     /// Drives `a` with chunks that leave every `CHUNK / goodput` seconds, the sending
