@@ -104,6 +104,21 @@ fn send_env(
     out
 }
 
+/// The receiver `rx` ends well and wrote exactly `input`, in order, to `out`.
+fn assert_received(rx: Guard, out: &std::path::Path, input: &[u8], what: &str) {
+    assert!(
+        wait_exit(rx, Duration::from_secs(60)).success(),
+        "{what}: receiver failed"
+    );
+    let got = std::fs::read(out).expect("output");
+    assert!(
+        got == input,
+        "{what}: {} bytes out for {} in, or reordered",
+        got.len(),
+        input.len()
+    );
+}
+
 fn wait_exit(mut g: Guard, limit: Duration) -> std::process::ExitStatus {
     let start = Instant::now();
     loop {
@@ -140,17 +155,7 @@ fn stream_preserves_order_and_bytes_for_every_codec_and_data_kind() {
             "{codec}: {}",
             String::from_utf8_lossy(&sent.stderr)
         );
-        assert!(
-            wait_exit(rx, Duration::from_secs(60)).success(),
-            "{codec}: receiver failed"
-        );
-        let got = std::fs::read(&out).expect("output");
-        assert!(
-            got == input,
-            "{codec}: {} bytes out for {} in, or reordered",
-            got.len(),
-            input.len()
-        );
+        assert_received(rx, &out, &input, codec);
         let summary = summary_of(&sent.stderr);
         let (bytes, wire) = (
             summary["bytes"].as_u64().unwrap(),
@@ -281,14 +286,6 @@ fn a_damaged_record_is_sent_again_and_the_stream_arrives_whole_and_in_order() {
             Some(1),
             "{codec}: one record sent again: {summary}"
         );
-        let status = wait_exit(rx, Duration::from_secs(60));
-        assert!(status.success(), "{codec}: receiver failed");
-        let got = std::fs::read(&out).expect("output");
-        assert!(
-            got == input,
-            "{codec}: {} bytes out for {} in, or reordered",
-            got.len(),
-            input.len()
-        );
+        assert_received(rx, &out, &input, codec);
     }
 }
