@@ -669,7 +669,10 @@ fn reads_in_flight_at_any_depth_move_files_byte_identical_both_ways() {
         assert_same_tree(&src, &root.join(&dest));
         let used = v["read_depth"].as_u64().unwrap();
         assert!(used >= 1 && used <= depth.parse().unwrap(), "{depth}: {v}");
-        if direct && depth != "1" {
+        // A kernel or sandbox without io_uring (a container's seccomp profile) reads one
+        // at a time and says so once; anywhere else reads overlap.
+        let no_ring = push.stderr.contains("io_uring unavailable");
+        if direct && depth != "1" && !no_ring {
             assert!(used > 1, "{depth}: reads went one at a time: {v}");
         }
         let pulled = t.path().join(format!("pulled{depth}"));
