@@ -301,9 +301,7 @@ impl AutoController {
         let d = |k: usize| (1.0 - f) + f * if k == 0 { 1.0 } else { self.ratio[k] };
         (0..CANDIDATES.len())
             .filter_map(|j| self.rate[j].map(|r| r * d(j) / d(i)))
-            .fold(None, |best: Option<f64>, x| {
-                Some(best.map_or(x, |b| b.max(x)))
-            })
+            .reduce(f64::max)
             .unwrap_or(f64::INFINITY)
     }
 
@@ -489,19 +487,24 @@ impl SharedAuto {
     /// thread waited `blocked` for the wire.
     fn sent(&self, key: ChunkKey, epoch: u64, payload: u64, now: Instant, blocked: Duration) {
         let at = now.duration_since(self.origin).as_secs_f64();
-        self.lock().handed(epoch, blocked.as_secs_f64(), at);
-        if self.acked.load(std::sync::atomic::Ordering::Relaxed) {
+        // Followed until the sink acknowledges it; if it cannot be (the map is full of
+        // this epoch's chunks), counted as it leaves rather than never.
+        let followed = self.acked.load(std::sync::atomic::Ordering::Relaxed) && {
             let mut map = lock_ignoring_poison(&self.in_flight);
             if map.len() >= MAX_TRACKED {
                 map.retain(|_, (e, _)| *e >= epoch);
             }
-            if map.len() < MAX_TRACKED {
+            let room = map.len() < MAX_TRACKED;
+            if room {
                 map.insert(key, (epoch, payload));
-                return;
             }
-            // Cannot follow it: count it as it leaves rather than never.
+            room
+        };
+        let mut ctl = self.lock();
+        ctl.handed(epoch, blocked.as_secs_f64(), at);
+        if !followed {
+            ctl.sent(epoch, payload, at, &self.cpu);
         }
-        self.lock().sent(epoch, payload, at, &self.cpu);
     }
 
     /// The sink acknowledged the chunk `key`; its word was read at `at`.

@@ -180,6 +180,8 @@ struct Reading {
     ahead: Option<ReadAhead>,
     /// Reads the ring finished, waiting to be shipped (room for `read_depth`, reused).
     finished: Vec<readahead::Finished>,
+    /// The most reads this thread had in flight at once (reported when it ends).
+    deepest: u32,
 }
 
 impl Reader {
@@ -203,15 +205,17 @@ impl Reader {
         } else {
             None
         };
-        self.stats.note_read_depth(1);
         let mut r = Reading {
             compressor: Compressor::sharing(self.mode, &self.auto),
             open: OpenFile::new(self.direct, self.prefetch_stride),
             segments: Vec::new(),
             ahead,
             finished: Vec::with_capacity(self.read_depth as usize),
+            deepest: 1,
         };
-        self.work(&mut r, &mut dispatch)
+        let result = self.work(&mut r, &mut dispatch);
+        self.stats.note_read_depth(r.deepest);
+        result
     }
 
     fn work(&self, r: &mut Reading, dispatch: &mut Dispatch) -> Result<(), EngineError> {
@@ -266,19 +270,18 @@ impl Reader {
         &self,
         r: &mut Reading,
         dispatch: &mut Dispatch,
-        work: Work,
+        mut work: Work,
         mut slot: Slot,
     ) -> Result<bool, EngineError> {
         let target = match &work {
             Work::Chunk { target, .. } => *target,
             Work::Pack(_) => None,
         };
-        let mut work = work;
         if let (Some(ahead), Work::Chunk { file, .. }) = (r.ahead.as_mut(), &work) {
             if let Ok((f, true)) = r.open.get(file) {
                 match ahead.start(work, slot, f) {
                     Ok(()) => {
-                        self.stats.note_read_depth(ahead.in_flight());
+                        r.deepest = r.deepest.max(ahead.in_flight());
                         return Ok(true);
                     }
                     Err((w, s, e)) => {
@@ -312,11 +315,10 @@ impl Reader {
         let Some(ahead) = r.ahead.as_mut() else {
             return Ok(true);
         };
-        let finished = &mut r.finished;
+        let mut finished = std::mem::take(&mut r.finished);
         ahead
             .complete(|f| finished.push(f))
             .map_err(|e| EngineError::io("waiting for reads in flight", e))?;
-        let mut finished = std::mem::take(&mut r.finished);
         let mut going = true;
         for f in finished.drain(..) {
             let (p, result) = match f {

@@ -379,14 +379,14 @@ fn spawn_ack_router(
                     Err(e) => break Err(e),
                 };
                 let at = std::time::Instant::now();
-                let (offset, word) = match frame {
+                let word = match frame {
                     Frame::ChunkAck(a) => {
                         auto.delivered((a.file_id, a.offset), at);
-                        (a.offset, Word::Ack(a.offset))
+                        Word::Ack(a.offset)
                     }
                     Frame::ChunkNack(n) => {
                         auto.refused((n.file_id, n.offset));
-                        (n.offset, Word::Nack(n.offset))
+                        Word::Nack(n.offset)
                     }
                     Frame::CloseAck(_) => break Ok(()),
                     Frame::Error(e) => {
@@ -401,6 +401,7 @@ fn spawn_ack_router(
                     }
                 };
                 let Some(r) = &routes else { continue };
+                let (Word::Ack(offset) | Word::Nack(offset)) = word;
                 let conn = {
                     let mut map = lock(&r.by_offset);
                     match word {
