@@ -1,0 +1,1 @@
+//! (being moved here from the engine; see lib.rs)
