@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod error;
 mod fault;
 pub mod fs;
+pub mod pipeline;
 mod readahead;
 pub mod runtime;
 pub mod sched;
