@@ -20,6 +20,7 @@ MB = 1e6
 
 TOOL_LABEL = {
     "sluice": "sluice",
+    "sluice-base": "sluice (baseline build)",
     "gridftp": "GridFTP",
     "gridftp-3pt": "GridFTP 3rd-party",
     "xrdcp": "XRootD xrdcp",
@@ -434,7 +435,7 @@ def targets(agg, wl, meta, runs=()):
     cap_c = cap_d = cap
     for r in runs:
         c = r.get("case", {})
-        if c.get("section") == "million" and c.get("workload") == "million":
+        if c.get("section") == "million" and c.get("workload") == "million" and c.get("tool", "sluice") == "sluice":
             ch = r.get("summary", {}).get("plan", {}).get("channels", [])
             if ch:
                 cap_c = sum(x.get("buffer_bytes", 0) for x in ch) / 2**20 + 64
@@ -452,6 +453,32 @@ def targets(agg, wl, meta, runs=()):
             extra = (f"; on the {wl.get('tree', {}).get('files', '?')}-file tree: client {t['rss_client'] / 1024:,.0f} MiB, "
                      f"daemon {t['rss_server'] / 1024:,.0f} MiB")
         lines.append(f"- **NOT RUN** RSS < buffer cap + 64 MiB = {cap:.0f} MiB on 1,000,000 files (run with --million){extra}")
+    return lines
+
+
+def baseline_lines(agg, meta):
+    """sluice against the baseline build run beside it (`run.sh --sluice-base`), per case."""
+    rows = []
+    for k, s in agg.items():
+        if k[3] != "sluice" or k[4] != "default":
+            continue
+        b = agg.get((k[0], k[1], k[2], "sluice-base", k[4]))
+        if not b:
+            continue
+        if not (ok_thr(s) and ok_thr(b)):
+            rows.append([k[0], k[1], k[2], s["status"], b["status"], "", "", "", "", ""])
+            continue
+        cpu = f"{s['cpu'] / b['cpu']:.2f}" if s["cpu"] and b["cpu"] else ""
+        rows.append([k[0], k[1], k[2], fmt_mb(s["thr"]), fmt_mb(b["thr"]), f"**{s['thr'] / b['thr']:.2f}**",
+                     fmt_s(s["cpu"]), fmt_s(b["cpu"]), cpu, ""])
+    if not rows:
+        return []
+    lines = [f"## This build against the baseline build (`{meta.get('sluice_base', '?')}`)", "",
+             "Both run in this run, one after the other on each workload. Ratio: this build's throughput over the "
+             "baseline's (above 1: faster); CPU ratio: this build's CPU seconds over the baseline's (below 1: cheaper).", ""]
+    lines += md_table(["section", "path", "workload", "MB/s", "baseline MB/s", "ratio", "CPU s", "baseline CPU s",
+                       "CPU ratio", "note"], rows)
+    lines.append("")
     return lines
 
 
@@ -531,6 +558,7 @@ def main():
     L.append("")
     L += targets(agg, wl, meta, runs)
     L.append("")
+    L += baseline_lines(agg, meta)
     # ceilings
     L.append("## Ceilings")
     L.append("")

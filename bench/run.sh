@@ -18,6 +18,9 @@
 #   --wait-load X      wait (up to 20 min, polling every 30 s) for a 1-minute load below X
 #   --only REGEX       only cases whose "section/path/workload/tool/variant" matches
 #   --sluice BIN       the sluice binary (default target/release/sluice, built if missing)
+#   --sluice-base BIN  a second sluice binary (an earlier build) run as tool `sluice-base`
+#                      right after sluice in every loopback and path case, so a change is
+#                      measured against its baseline in the same run
 #
 # Needs root for namespaces, dropping caches and installing packages; without root it
 # runs what it can on loopback and says what it skipped.
@@ -30,7 +33,7 @@ main() {
     BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
     REPO=$(dirname "$BENCH")
     QUICK=0 OUT="" WORK="$BENCH/work" REPS="" PEER_REPS="" MILLION=0 DO_PATHS=1 DO_SWEEP=1
-    NO_INSTALL=0 WAIT_LOAD="" ONLY="" SLUICE_SRC="$REPO/target/release/sluice"
+    NO_INSTALL=0 WAIT_LOAD="" ONLY="" SLUICE_SRC="$REPO/target/release/sluice" SLUICE_BASE_SRC=""
     while [ $# -gt 0 ]; do
         case $1 in
             --quick) QUICK=1 ;;
@@ -45,6 +48,7 @@ main() {
             --wait-load) WAIT_LOAD=$2; shift ;;
             --only) ONLY=$2; shift ;;
             --sluice) SLUICE_SRC=$2; shift ;;
+            --sluice-base) SLUICE_BASE_SRC=$2; shift ;;
             -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
             *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
         esac
@@ -122,6 +126,11 @@ main() {
     fi
     mkdir -p "$RUNTMP/bin" && cp "$SLUICE_SRC" "$RUNTMP/bin/sluice" && SLUICE=$RUNTMP/bin/sluice
     SLUICE_VERSION=$("$SLUICE" --version 2>/dev/null)
+    BASE_TOOL="" SLUICE_BASE=""
+    if [ -n "$SLUICE_BASE_SRC" ]; then
+        [ -x "$SLUICE_BASE_SRC" ] || { log "--sluice-base $SLUICE_BASE_SRC: not an executable"; exit 2; }
+        cp "$SLUICE_BASE_SRC" "$RUNTMP/bin/sluice-base" && SLUICE_BASE=$RUNTMP/bin/sluice-base BASE_TOOL=sluice-base
+    fi
     # compression on the wire: `--compress CODEC` where this sluice has it, else threads only
     COMPRESS_FLAG=0
     "$SLUICE" cp --help 2>/dev/null | grep -q -- '--compress <CODEC>' && COMPRESS_FLAG=1
@@ -161,7 +170,7 @@ main() {
     # ---- every tool on every workload over loopback (local cp and tar|tar: the ceilings)
     for w in $WORKLOADS; do
         [ -f "$DATA/.$w.ok" ] || continue
-        for t in cp tar-tar sluice; do run_transfer transfer "$w" "$t" "$REPS"; done
+        for t in cp tar-tar sluice $BASE_TOOL; do run_transfer transfer "$w" "$t" "$REPS"; done
         case $w in
             big | many)  # direct I/O (the default) against the page cache
                 run_sluice_variant transfer "$w" buffered
@@ -184,6 +193,7 @@ main() {
             run_iperf 1 "$IPERF_SECS"
             run_iperf "$PEER_STREAMS" "$IPERF_SECS"
             run_transfer path path-big sluice "$REPS"
+            [ -n "$BASE_TOOL" ] && run_transfer path path-big sluice-base "$REPS"
             run_transfer path path-big gridftp "$REPS"
             # small files on two links: does sluice spread them?
             [ "$p" = veth2 ] && run_transfer path tree sluice "$REPS"
@@ -207,6 +217,7 @@ main() {
     if [ "$MILLION" = 1 ]; then
         path_setup lo
         run_transfer million million sluice 1
+        [ -n "$BASE_TOOL" ] && run_transfer million million sluice-base 1
         run_transfer million million tar-tar 1
     else
         note "1,000,000-file tree not run ($([ "$QUICK" = 1 ] && echo "quick mode" || echo "pass --million; it adds about 4 minutes"))"
@@ -231,6 +242,7 @@ main() {
         echo "load_start=$LOAD_START"
         echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"
         echo "sluice=$SLUICE_VERSION"
+        [ -n "$SLUICE_BASE_SRC" ] && echo "sluice_base=$SLUICE_BASE_SRC"
         echo "git=$GIT_REV${GIT_DIRTY:+ ($GIT_DIRTY uncommitted changes under crates/)}"
         echo "sluice_flags=$SLUICE_CLI_FLAGS"
         echo "peer_streams=$PEER_STREAMS"

@@ -96,10 +96,10 @@ run_transfer() {
         read_time_file "$RUNTMP/cli.time" || { T_CPU="" T_RSS=""; }
         secs=$(fsub "$t1" "$t0")
         status=ok note="" wire=""
-        if [ "$tool" = sluice ]; then
+        if [ "$tool" = sluice ] || [ "$tool" = sluice-base ]; then
             facts=$(_sluice_facts)
             wire=${facts%% *} note=${facts#* }
-            _keep_sluice_json "{\"section\":\"$section\",\"path\":\"$path\",\"workload\":\"$wl\",\"variant\":\"$variant\",\"rep\":$rep,\"rc\":$rc}"
+            _keep_sluice_json "{\"tool\":\"$tool\",\"section\":\"$section\",\"path\":\"$path\",\"workload\":\"$wl\",\"variant\":\"$variant\",\"rep\":$rep,\"rc\":$rc}"
         fi
         if [ $rc = 124 ] || [ $rc = 137 ]; then
             status=FAILED note="timed out after $tmo s; $note"

@@ -54,6 +54,7 @@ tool_missing() {
     local b
     case $1 in
         sluice) b=$SLUICE ;;
+        sluice-base) b=${SLUICE_BASE:-sluice-base} ;;
         cp) b=cp ;;
         tar-tar) b=tar ;;
         gridftp | gridftp-3pt) b="globus-gridftp-server globus-url-copy" ;;
@@ -109,7 +110,9 @@ tool_begin() {
                 CMD="tar -C '$parent' -cf - '$name' | tar -C '$dst' -xf -"
             fi
             ;;
-        sluice)
+        sluice | sluice-base)
+            local bin=$SLUICE
+            [ "$tool" = sluice-base ] && bin=$SLUICE_BASE
             port=$(_port 17000)
             local listen=127.0.0.1 auth="" cnics="" snics=""
             if [ "$PATH_NAME" != lo ]; then
@@ -119,7 +122,7 @@ tool_begin() {
                 cnics=$(_nic_flags "$CLI_NICS") snics=$(_nic_flags "$SRV_NICS")
             fi
             # shellcheck disable=SC2086
-            start_server sluice "$SRV_X" "$SLUICE" serve --root "$dst" --listen "$listen:$port" --json \
+            start_server sluice "$SRV_X" "$bin" serve --root "$dst" --listen "$listen:$port" --json \
                 $auth $snics $SLUICE_SRV_FLAGS $SLUICE_SRV_EXTRA
             wait_listen "$SRV_X" "$port" || { TOOL_ERR="sluice serve did not listen: $(tail -c 300 "$RUNTMP/srv-sluice.err")"; return 1; }
             FLAGS="sluice cp $r $SLUICE_CLI_FLAGS $SLUICE_CLI_EXTRA${cnics:+ --nic (each link)}"
@@ -128,7 +131,7 @@ tool_begin() {
             # two links: both of the daemon's addresses, the data connections alternate
             local hosts=$SRV_HOST
             [ "${LINKS:-1}" = 2 ] && [ -n "$SRV_HOST2" ] && hosts="$SRV_HOST,$SRV_HOST2"
-            CMD="'$SLUICE' cp $r --json $auth $cnics $SLUICE_CLI_FLAGS $SLUICE_CLI_EXTRA '$dotsrc' sluice://$hosts:$port/ >'$RUNTMP/sluice.json'"
+            CMD="'$bin' cp $r --json $auth $cnics $SLUICE_CLI_FLAGS $SLUICE_CLI_EXTRA '$dotsrc' sluice://$hosts:$port/ >'$RUNTMP/sluice.json'"
             ;;
         gridftp)
             port=$(_port 2811)
@@ -273,7 +276,7 @@ tool_end() {
     SRV_CPU="" SRV_RSS=""
     case $tool in
         cp | tar-tar) return 0 ;;
-        sluice) set -- sluice ;;
+        sluice | sluice-base) set -- sluice ;;
         gridftp) set -- gridftp ;;
         gridftp-3pt) set -- gridftp-src gridftp-dst ;;
         xrdcp) set -- xrootd ;;
