@@ -1,8 +1,8 @@
 //! The controller proper: epochs, goodput per codec, the CPU and link bounds.
 
 use super::{
-    CpuClock, EpochReport, Pick, CANDIDATES, EPOCH_CHUNKS, EPOCH_WARMUP, PROBE_EVERY,
-    SWITCH_GAIN, TRY_MARGIN,
+    CpuClock, EpochReport, Pick, CANDIDATES, EPOCH_CHUNKS, EPOCH_WARMUP, PROBE_EVERY, SWITCH_GAIN,
+    TRY_MARGIN,
 };
 use crate::time::Instant;
 use std::time::Duration;
@@ -348,4 +348,3 @@ impl AutoController {
         self.current != 0
     }
 }
-

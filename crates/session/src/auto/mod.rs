@@ -116,4 +116,6 @@ impl fmt::Display for EpochReport {
 }
 
 #[cfg(test)]
+// Simulated chunk sizes are whole numbers of bytes held as floats.
+#[allow(clippy::cast_possible_truncation)]
 mod tests;

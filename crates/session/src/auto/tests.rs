@@ -253,7 +253,10 @@ fn drive_cpu(
         codecs.push(i);
     }
     // At most twice an epoch: the counters are a file read in the engine.
-    assert!(reads <= 2 * (n / EPOCH_CHUNKS + 1), "{reads} reads for {n} chunks");
+    assert!(
+        reads <= 2 * (n / EPOCH_CHUNKS + 1),
+        "{reads} reads for {n} chunks"
+    );
     codecs
 }
 
@@ -410,18 +413,26 @@ fn acknowledged_chunks_count_once_on_delivery_and_refused_ones_never() {
     let mut a = acked_auto();
     for k in 0..EPOCH_CHUNKS {
         let pick = a.controller_mut().pick();
-        assert!(a.sent(departure((1, u64::from(k)), pick.epoch, 0.0), None).is_none());
+        assert!(a
+            .sent(departure((1, u64::from(k)), pick.epoch, 0.0), None)
+            .is_none());
     }
     assert_eq!(a.in_flight(), EPOCH_CHUNKS as usize);
     assert_eq!(a.controller().chunks, 0, "nothing counts before its word");
     a.refused((1, 0));
-    assert!(a.delivered((1, 0), at(0.1), None).is_none(), "refused: forgotten");
+    assert!(
+        a.delivered((1, 0), at(0.1), None).is_none(),
+        "refused: forgotten"
+    );
     assert!(a.delivered((9, 9), at(0.1), None).is_none(), "never sent");
     let mut reports = 0;
     for k in 1..EPOCH_CHUNKS {
         let t = 0.01 * f64::from(k);
         reports += usize::from(a.delivered((1, u64::from(k)), at(t), None).is_some());
-        assert!(a.delivered((1, u64::from(k)), at(t), None).is_none(), "twice");
+        assert!(
+            a.delivered((1, u64::from(k)), at(t), None).is_none(),
+            "twice"
+        );
     }
     assert_eq!(a.in_flight(), 0);
     assert_eq!(a.controller().chunks, EPOCH_CHUNKS - 1);
@@ -430,7 +441,10 @@ fn acknowledged_chunks_count_once_on_delivery_and_refused_ones_never() {
     a.sent(departure((2, 0), pick.epoch, 0.2), None);
     let report = a.delivered((2, 0), at(0.3), None).expect("the epoch ends");
     assert_eq!((report.epoch, report.codec), (0, Codec::Raw));
-    assert!(report.to_string().starts_with("auto: epoch 0 Raw ran at "), "{report}");
+    assert!(
+        report.to_string().starts_with("auto: epoch 0 Raw ran at "),
+        "{report}"
+    );
 }
 
 #[test]
