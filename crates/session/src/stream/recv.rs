@@ -19,11 +19,12 @@ pub enum Arrival {
 pub enum Verdict {
     /// Whole: acknowledge it (where the sender wants words) and hand it to the writer.
     Deliver,
-    /// Damaged: answer `ChunkNack` and wait for it again (`tries`: times it came
-    /// damaged).
+    /// Damaged: answer `ChunkNack` and wait for it again.
     AskAgain {
         /// Times it arrived damaged so far.
         tries: u32,
+        /// What was wrong.
+        damage: Damage,
     },
     /// The stream stops before this record.
     Fail(StreamError),
@@ -85,7 +86,7 @@ impl RecvConn {
             });
         }
         self.awaiting = Some((offset, tries));
-        Verdict::AskAgain { tries }
+        Verdict::AskAgain { tries, damage }
     }
 
     /// The connection ended (the sender closed it).

@@ -261,7 +261,7 @@ impl World {
                 self.to_writer[i].push_back(msg.rec);
                 Ok(())
             }
-            Verdict::AskAgain { tries } => {
+            Verdict::AskAgain { tries, .. } => {
                 assert!(tries <= MAX_RESENDS);
                 self.control.push_back(Word::Nack(msg.rec.offset));
                 Ok(())

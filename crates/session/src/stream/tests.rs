@@ -135,15 +135,21 @@ fn a_receiver_drops_what_follows_a_damaged_record_until_it_comes_back() {
     assert_eq!(c.checked(0, Ok(())), Verdict::Deliver);
     assert_eq!(
         c.checked(10, Err(Damage::Checksum)),
-        Verdict::AskAgain { tries: 1 }
+        Verdict::AskAgain {
+            tries: 1,
+            damage: Damage::Checksum
+        }
     );
     assert_eq!(c.awaiting(), Some(10));
     assert_eq!(c.arrives(&h(20)), Ok(Arrival::Drop));
     assert_eq!(c.arrives(&h(10)), Ok(Arrival::Check));
     let undecodable = Damage::Undecodable("lz4: bad".into());
     assert_eq!(
-        c.checked(10, Err(undecodable)),
-        Verdict::AskAgain { tries: 2 }
+        c.checked(10, Err(undecodable.clone())),
+        Verdict::AskAgain {
+            tries: 2,
+            damage: undecodable
+        }
     );
     assert!(c.ended().is_err());
     assert_eq!(
@@ -161,7 +167,10 @@ fn a_record_damaged_more_than_max_resends_times_stops_the_stream() {
     for tries in 1..=MAX_RESENDS {
         assert_eq!(
             c.checked(7, Err(Damage::Checksum)),
-            Verdict::AskAgain { tries }
+            Verdict::AskAgain {
+                tries,
+                damage: Damage::Checksum
+            }
         );
     }
     let Verdict::Fail(e) = c.checked(7, Err(Damage::Checksum)) else {
