@@ -20,6 +20,13 @@ pub enum Planner {
     Stream,
 }
 
+impl Default for Planner {
+    /// A copy that does not compress: no codec threads unless asked for.
+    fn default() -> Planner {
+        Planner::Copy(CompressMode::None)
+    }
+}
+
 impl Planner {
     /// Whether the plan holds codec threads by default.
     #[must_use]

@@ -195,6 +195,7 @@ fn the_plan_holds_codec_threads_as_each_program_needs() {
     );
     assert_eq!(Planner::Daemon.codec_threads(4, 8, flags), (4, 8));
     assert_eq!(Planner::Stream.codec_threads(4, 8, flags), (0, 0));
+    assert_eq!(Planner::default().codec_threads(4, 8, flags), (0, 0));
     // The flags win, 0 included.
     assert_eq!(
         Planner::Daemon.codec_threads(4, 8, (Some(0), Some(1))),
