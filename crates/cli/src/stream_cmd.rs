@@ -8,6 +8,7 @@ use crate::topo_cmd::load_machine;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use sluice_engine::client::Endpoint;
+use sluice_engine::codec::Planner;
 use sluice_engine::stream::{receive_to, send_from, StreamOptions, DEFAULT_RECORD_BYTES};
 use sluice_engine::{CompressMode, Runtime};
 use std::net::{SocketAddr, TcpListener};
@@ -76,8 +77,10 @@ pub struct RecvArgs {
 }
 
 /// Streams need slots that hold a whole record: 16 MiB unless --chunk-size says more.
+/// Their net threads run the codec of their own records: no codec threads by default.
 fn stream_runtime(job: &JobArgs, side: Side) -> Result<Arc<Runtime>> {
     let mut job = job.clone();
+    job.compressing = Planner::Stream.compressing();
     if job.chunk_size == crate::plan_cmd::DEFAULT_CHUNK {
         job.chunk_size = "16MiB".into();
     }

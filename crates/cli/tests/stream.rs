@@ -289,3 +289,36 @@ fn a_damaged_record_is_sent_again_and_the_stream_arrives_whole_and_in_order() {
         assert_received(rx, &out, &input, codec);
     }
 }
+
+#[test]
+fn auto_on_a_stream_measures_on_the_receivers_acknowledgements_and_says_raw_on_loopback() {
+    // Over loopback `auto` sends raw (the test knob keeps it measuring). With it, an
+    // epoch (12 records) ends only once the receiver's acknowledgements of those
+    // records reach the controller through the sender's control reader: its debug line
+    // proves the words arrive, and the stream still arrives whole.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = data(3_000_017, true);
+    let out = dir.path().join("auto");
+    let (rx, addr) = receiver(&out, &[]);
+    let log = ["--log", "sluice_engine::codec=debug"];
+    let sent = send_env(
+        &addr,
+        &input,
+        &["--streams", "2", "--compress", "auto", log[0], log[1]],
+        &[("SLUICE_AUTO_ON_LOOPBACK", "1")],
+    );
+    let stderr = String::from_utf8_lossy(&sent.stderr);
+    assert!(sent.status.success(), "{stderr}");
+    assert!(stderr.contains("auto: epoch 0 "), "{stderr}");
+    assert_received(rx, &out, &input, "auto");
+    // Without the knob it sends raw to this very host, and says why.
+    let out = dir.path().join("raw");
+    let (rx, addr) = receiver(&out, &[]);
+    let sent = send(&addr, &input, &["--compress", "auto", "--log", "info"]);
+    let stderr = String::from_utf8_lossy(&sent.stderr);
+    assert!(sent.status.success(), "{stderr}");
+    assert!(stderr.contains("the peer is this host"), "{stderr}");
+    let summary = summary_of(&sent.stderr);
+    assert_eq!(summary["wire_bytes"], summary["bytes"], "{summary}");
+    assert_received(rx, &out, &input, "auto toward loopback");
+}

@@ -1,0 +1,243 @@
+//! The codecs round-trip, and the codec decisions of each site.
+
+// Test data generators truncate on purpose.
+#![allow(clippy::cast_possible_truncation)]
+
+use super::plan::{announce, asked_by_peer};
+use super::*;
+use sluice_wire::Compression;
+
+fn compressible(n: usize) -> Vec<u8> {
+    (0..n).map(|i| ((i / 7) % 13) as u8).collect()
+}
+
+fn random(n: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn round_trip(mode: CompressMode, data: &[u8]) -> Compressed {
+    let mut slot = data.to_vec();
+    let mut c = Compressor::new(mode);
+    let out = c.compress(&mut slot, data.len());
+    let mut d = Decompressor::new();
+    d.decompress(out.compression, &mut slot, out.wire_len, data.len())
+        .unwrap();
+    assert_eq!(&slot[..data.len()], data, "{mode} round trip");
+    out
+}
+
+#[test]
+fn every_codec_round_trips_compressible_random_and_mixed_data() {
+    let mut mixed = compressible(1 << 19);
+    mixed.extend(random(1 << 19));
+    for mode in [
+        CompressMode::None,
+        CompressMode::Lz4,
+        CompressMode::Zstd(1),
+        CompressMode::Zstd(9),
+        CompressMode::Auto,
+    ] {
+        for data in [
+            compressible(1 << 20),
+            random(1 << 20),
+            mixed.clone(),
+            vec![],
+            vec![7],
+        ] {
+            round_trip(mode, &data);
+        }
+    }
+}
+
+#[test]
+fn a_chunk_that_does_not_shrink_travels_raw() {
+    let out = round_trip(CompressMode::Lz4, &random(1 << 20));
+    assert_eq!(out.compression, Compression::None);
+    assert_eq!(out.wire_len, 1 << 20);
+    let out = round_trip(CompressMode::Lz4, &compressible(1 << 20));
+    assert_eq!(out.compression, Compression::Lz4);
+    assert!(out.wire_len < 1 << 18);
+}
+
+#[test]
+fn a_corrupt_compressed_chunk_is_an_error() {
+    let data = compressible(1 << 16);
+    let mut slot = data.clone();
+    let out = Compressor::new(CompressMode::Lz4).compress(&mut slot, data.len());
+    slot[out.wire_len / 2] ^= 0xff;
+    slot[1] ^= 0x55;
+    let mut d = Decompressor::new();
+    let r = d.decompress(out.compression, &mut slot, out.wire_len, data.len());
+    // Either the decoder refuses it, or it decodes to other bytes, which the chunk
+    // checksum then refuses: it never silently yields the original length of garbage
+    // without one of the two checks failing.
+    if r.is_ok() {
+        assert_ne!(&slot[..data.len()], &data[..]);
+    }
+    let mut zslot = data.clone();
+    let zout = Compressor::new(CompressMode::Zstd(3)).compress(&mut zslot, data.len());
+    zslot[zout.wire_len - 3] ^= 0xff;
+    assert!(d
+        .decompress(zout.compression, &mut zslot, zout.wire_len, data.len())
+        .is_err());
+}
+
+#[test]
+fn modes_parse_and_print() {
+    for s in ["none", "lz4", "zstd:3", "zstd:19", "auto"] {
+        assert_eq!(s.parse::<CompressMode>().unwrap().to_string(), s);
+    }
+    assert_eq!(
+        "zstd".parse::<CompressMode>().unwrap(),
+        CompressMode::Zstd(3)
+    );
+    for bad in ["gzip", "zstd:0", "zstd:x", ""] {
+        assert!(bad.parse::<CompressMode>().unwrap_err().contains(bad));
+    }
+}
+
+fn inputs(site: CodecSite, asked: CompressMode) -> CodecInputs {
+    CodecInputs {
+        site,
+        asked,
+        peer_is_this_host: false,
+        planned_compress: 4,
+        planned_decompress: 3,
+        io_threads: 2,
+        streams: 3,
+    }
+}
+
+#[test]
+fn a_source_compresses_in_a_stage_where_the_plan_has_threads_else_inline() {
+    let p = CodecPlan::decide(&inputs(CodecSite::Source, CompressMode::Lz4));
+    assert_eq!(
+        (p.mode, p.compress_threads, p.decompress_threads),
+        (CompressMode::Lz4, 4, 0)
+    );
+    assert_eq!((p.auto_threads, p.auto_senders), (4, 2));
+    assert!(p.staged_compress());
+    // --compress-threads 0: the io-read threads compress, and auto counts them.
+    let inline = CodecPlan::decide(&CodecInputs {
+        planned_compress: 0,
+        ..inputs(CodecSite::Source, CompressMode::Auto)
+    });
+    assert_eq!((inline.compress_threads, inline.auto_threads), (0, 2));
+    assert!(!inline.staged_compress());
+    // No compression: no stage, whatever the plan holds.
+    let none = CodecPlan::decide(&inputs(CodecSite::Source, CompressMode::None));
+    assert_eq!((none.compress_threads, none.auto_threads), (0, 2));
+}
+
+#[test]
+fn auto_toward_this_very_host_sends_raw_and_spawns_no_stage() {
+    let p = CodecPlan::decide(&CodecInputs {
+        peer_is_this_host: true,
+        ..inputs(CodecSite::Source, CompressMode::Auto)
+    });
+    assert_eq!((p.mode, p.compress_threads), (CompressMode::None, 0));
+    // An explicit codec is kept.
+    let p = CodecPlan::decide(&CodecInputs {
+        peer_is_this_host: true,
+        ..inputs(CodecSite::StreamSender, CompressMode::Zstd(5))
+    });
+    assert_eq!(p.mode, CompressMode::Zstd(5));
+}
+
+#[test]
+fn a_sink_decompresses_in_a_stage_only_when_asked_to_compress() {
+    let p = CodecPlan::decide(&inputs(CodecSite::Sink, CompressMode::Auto));
+    assert_eq!(
+        (p.mode, p.compress_threads, p.decompress_threads),
+        (CompressMode::Auto, 0, 3)
+    );
+    let p = CodecPlan::decide(&inputs(CodecSite::Sink, CompressMode::None));
+    assert_eq!(p.decompress_threads, 0);
+    // A receiving end never says "sending raw" (it does not choose).
+    let p = CodecPlan::decide(&CodecInputs {
+        peer_is_this_host: true,
+        ..inputs(CodecSite::Sink, CompressMode::Auto)
+    });
+    assert_eq!(p.mode, CompressMode::Auto);
+}
+
+#[test]
+fn a_streams_net_threads_run_the_codec_of_their_own_records() {
+    for site in [CodecSite::StreamSender, CodecSite::StreamReceiver] {
+        let p = CodecPlan::decide(&inputs(site, CompressMode::Lz4));
+        assert_eq!(
+            (p.compress_threads, p.decompress_threads),
+            (0, 0),
+            "{site:?}"
+        );
+        assert_eq!((p.auto_threads, p.auto_senders), (3, 3), "{site:?}");
+    }
+}
+
+#[test]
+fn the_plan_holds_codec_threads_as_each_program_needs() {
+    let flags = (None, None);
+    assert_eq!(
+        Planner::Copy(CompressMode::Lz4).codec_threads(2, 3, flags),
+        (2, 3)
+    );
+    assert_eq!(
+        Planner::Copy(CompressMode::None).codec_threads(2, 3, flags),
+        (0, 0)
+    );
+    assert_eq!(Planner::Daemon.codec_threads(4, 8, flags), (4, 8));
+    assert_eq!(Planner::Stream.codec_threads(4, 8, flags), (0, 0));
+    assert_eq!(Planner::default().codec_threads(4, 8, flags), (0, 0));
+    // The flags win, 0 included.
+    assert_eq!(
+        Planner::Daemon.codec_threads(4, 8, (Some(0), Some(1))),
+        (0, 1)
+    );
+    assert_eq!(Planner::Stream.codec_threads(4, 8, (Some(2), None)), (2, 0));
+}
+
+#[test]
+fn what_a_client_announces_and_what_a_daemon_runs_for_it() {
+    use CodecSite::{Sink, Source, StreamSender};
+    assert_eq!(announce(CompressMode::None, Source), Compression::None);
+    assert_eq!(announce(CompressMode::Zstd(3), Sink), Compression::Zstd);
+    assert_eq!(announce(CompressMode::Auto, Source), Compression::Lz4);
+    assert_eq!(announce(CompressMode::Lz4, Sink), Compression::Lz4);
+    // A stream announces LZ4 for any codec, as it always has.
+    assert_eq!(
+        announce(CompressMode::Zstd(3), StreamSender),
+        Compression::Lz4
+    );
+    assert_eq!(
+        announce(CompressMode::None, StreamSender),
+        Compression::None
+    );
+    assert_eq!(asked_by_peer(Compression::None), CompressMode::None);
+    assert_eq!(asked_by_peer(Compression::Zstd), CompressMode::Auto);
+    assert_eq!(asked_by_peer(Compression::Lz4), CompressMode::Auto);
+}
+
+#[test]
+fn the_plans_auto_measures_on_acknowledgements_with_its_counts() {
+    let p = CodecPlan::decide(&inputs(CodecSite::Source, CompressMode::Auto));
+    let auto = p.auto(true);
+    let mut c = p.compressor(&auto);
+    assert!(!c.is_off());
+    assert!(!auto.compressing(), "auto starts raw");
+    let data = compressible(1 << 16);
+    let mut slot = data.clone();
+    let out = c.compress(&mut slot, data.len());
+    assert_eq!(out.compression, Compression::None);
+    assert_eq!(c.current(), "none");
+    c.record_sent((1, 0), data.len(), std::time::Duration::ZERO);
+    auto.delivered((1, 0), std::time::Instant::now());
+    auto.refused((1, 64));
+}

@@ -1,0 +1,213 @@
+//! The receiving end: one net-recv thread per data connection checks its records in
+//! order (asking again for a damaged one), and the writer takes record `k` from
+//! connection `k mod N` and writes it out.
+
+use super::accept::{accept_session, Accepted};
+use super::{lock, StreamSummary, QUEUE_RECORDS};
+use crate::codec::Decompressor;
+use crate::control::spawn_reader;
+use crate::error::EngineError;
+use crate::runtime::Runtime;
+use crate::transport::{ChunkReceiver, DataEvent, FrameWriter};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use sluice_buffers::{BufferPool, Slot};
+use sluice_placement::Role;
+use sluice_session::stream::{
+    check_record, nack_reason, Arrival, RecordOrder, RecvConn, StreamError, Verdict,
+};
+use sluice_wire::{ChunkAck, ChunkHeader, ChunkNack, Frame, Token};
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long the writer waits for the next record.
+const RECORD_TIMEOUT: Duration = Duration::from_secs(600);
+
+type Queue = Receiver<(ChunkHeader, Slot)>;
+type Thread = JoinHandle<Result<(), EngineError>>;
+
+/// Receives one stream on `listener` and writes it, in order, to `output`.
+///
+/// # Errors
+/// Handshake, integrity or output failures.
+pub fn receive_to(
+    listener: &TcpListener,
+    token: Option<Token>,
+    runtime: Arc<Runtime>,
+    mut output: impl Write,
+) -> Result<StreamSummary, EngineError> {
+    let started = std::time::Instant::now();
+    let Accepted {
+        reader,
+        writer,
+        acked,
+        data,
+    } = accept_session(listener, token, &runtime)?;
+    let _control_events =
+        spawn_reader(reader).map_err(|e| EngineError::io("starting the control reader", e))?;
+    // The net-recv threads acknowledge records on the control connection.
+    let writer = Arc::new(Mutex::new(writer));
+    let asked_again = Arc::new(AtomicU64::new(0));
+    let answer = acked.then(|| Arc::clone(&writer));
+    let (mut queues, mut threads) = spawn_receivers(&runtime, data, answer, &asked_again)?;
+    let mut order = RecordOrder::new(queues.len());
+    let result = write_records(&mut queues, &mut threads, &mut order, &mut output);
+    let flushed = output
+        .flush()
+        .map_err(|e| EngineError::io("writing the stream's output", e));
+    drop(queues);
+    result?;
+    flushed?;
+    let _ = lock(&writer).send(&Frame::CloseAck(sluice_wire::CloseAck));
+    Ok(StreamSummary {
+        bytes: order.bytes(),
+        wire_bytes: order.wire_bytes(),
+        records: order.records(),
+        records_resent: asked_again.load(Ordering::Relaxed),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// One net-recv thread per data connection, pinned by the plan, each with a queue of
+/// two records to the writer.
+fn spawn_receivers(
+    runtime: &Arc<Runtime>,
+    data: Vec<TcpStream>,
+    answer: Option<Arc<Mutex<FrameWriter>>>,
+    asked_again: &Arc<AtomicU64>,
+) -> Result<(Vec<Queue>, Vec<Thread>), EngineError> {
+    let mut queues = Vec::with_capacity(data.len());
+    let mut threads = Vec::with_capacity(data.len());
+    for (i, s) in data.into_iter().enumerate() {
+        let i = u32::try_from(i).unwrap_or(0);
+        let (_, pool) = runtime.pool_for(Role::NetRecv, i);
+        let (tx, rx) = bounded::<(ChunkHeader, Slot)>(QUEUE_RECORDS);
+        queues.push(rx);
+        let max = runtime.chunk_bytes();
+        let answer = answer.clone();
+        let asked = Arc::clone(asked_again);
+        let t = runtime
+            .spawn(Role::NetRecv, i, move || {
+                let conn = ChunkReceiver::new(s, max);
+                recv_loop(conn, &pool, &tx, answer.as_deref(), &asked)
+            })
+            .map_err(|e| EngineError::io("starting a net-recv thread", e))?;
+        threads.push(t);
+    }
+    Ok((queues, threads))
+}
+
+/// The writer: record `k` comes from connection `k mod N`, and is written once it is
+/// the one due. Ends at the record marked last, or with the stream's error.
+fn write_records(
+    queues: &mut Vec<Queue>,
+    threads: &mut Vec<Thread>,
+    order: &mut RecordOrder,
+    output: &mut impl Write,
+) -> Result<(), EngineError> {
+    loop {
+        let q = &queues[order.next_connection()];
+        let Ok((h, slot)) = q.recv_timeout(RECORD_TIMEOUT) else {
+            return connections_ended(queues, threads, order);
+        };
+        let last = order
+            .arrived(&h)
+            .map_err(|e| EngineError::Aborted(e.to_string()))?;
+        output
+            .write_all(slot.filled_bytes())
+            .map_err(|e| EngineError::io("writing the stream's output", e))?;
+        if last {
+            return Ok(());
+        }
+    }
+}
+
+/// A connection's thread ended before the record due: its error says why. Every
+/// connection closed before any record is an empty stream (no error), unless a thread
+/// failed.
+fn connections_ended(
+    queues: &mut Vec<Queue>,
+    threads: &mut Vec<Thread>,
+    order: &RecordOrder,
+) -> Result<(), EngineError> {
+    queues.clear();
+    let failed = threads
+        .drain(..)
+        .find_map(|t| t.join().ok().and_then(Result::err));
+    match failed {
+        Some(e) => Err(e),
+        None if order.records() == 0 => Ok(()),
+        None => Err(EngineError::Disconnected {
+            peer: "sender".into(),
+            state: format!("receiving the stream at byte {}", order.bytes()),
+        }),
+    }
+}
+
+/// Receives one connection's records: each is decompressed and verified, acknowledged
+/// (`answer`: the control connection, where the sender wants acknowledgements) and
+/// queued for the writer. A damaged record is asked for again and what this connection
+/// brings until it comes back is dropped (the sender sends it and everything after it
+/// again); without `answer` it ends the stream.
+fn recv_loop(
+    mut conn: ChunkReceiver,
+    pool: &Arc<BufferPool>,
+    tx: &Sender<(ChunkHeader, Slot)>,
+    answer: Option<&Mutex<FrameWriter>>,
+    asked_again: &AtomicU64,
+) -> Result<(), EngineError> {
+    let aborted = |e: StreamError| EngineError::Aborted(e.to_string());
+    let mut decompressor = Decompressor::new();
+    let mut state = RecvConn::new(answer.is_some());
+    loop {
+        let header = match conn.next_event()? {
+            DataEvent::Chunk(h) => h,
+            DataEvent::Frame(_) | DataEvent::End => return state.ended().map_err(aborted),
+        };
+        let arrival = state.arrives(&header).map_err(aborted)?;
+        let mut slot = pool.acquire();
+        let (wire, raw) = (header.wire_len as usize, header.raw_len as usize);
+        conn.payload(&mut slot[..wire])?;
+        slot.set_filled(wire);
+        if arrival == Arrival::Drop {
+            continue; // sent before the sender heard of the damage: it comes again
+        }
+        let checked = check_record(&header, &mut slot, |c, buf| {
+            decompressor.decompress(c, buf, wire, raw)
+        });
+        let verdict = state.checked(header.offset, checked.map(|len| slot.set_filled(len)));
+        match verdict {
+            Verdict::Deliver => {
+                if let Some(answer) = answer {
+                    lock(answer).send(&Frame::ChunkAck(ChunkAck {
+                        file_id: header.file_id,
+                        offset: header.offset,
+                    }))?;
+                }
+                if tx.send((header, slot)).is_err() {
+                    return Ok(());
+                }
+            }
+            Verdict::AskAgain { damage, .. } => {
+                tracing::warn!(
+                    "the record at byte {} {damage}: asking the sender for it again",
+                    header.offset
+                );
+                let nack = ChunkNack {
+                    file_id: header.file_id,
+                    offset: header.offset,
+                    reason: nack_reason(&header),
+                };
+                // `AskAgain` comes only where the sender acknowledges, so `answer` exists.
+                if let Some(answer) = answer {
+                    lock(answer).send(&Frame::ChunkNack(nack))?;
+                }
+                asked_again.fetch_add(1, Ordering::Relaxed);
+            }
+            Verdict::Fail(e) => return Err(aborted(e)),
+        }
+    }
+}
