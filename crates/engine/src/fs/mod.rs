@@ -23,7 +23,7 @@ pub mod spec;
 
 pub use error::{FsError, Op};
 pub use layout::{
-    BlockDeviceLayout, Layout, LayoutScheduler, LustreLayout, SimulatedStripes, TargetId, WorkItem,
+    BlockDeviceLayout, Layout, LayoutScheduler, SingleTarget, TargetId, WorkItem,
 };
 pub use root::{EntryKind, EntryMeta, Root};
 pub use scan::{ScanError, Scanner, SourceMap, KEEP_OPEN_DIRS};
