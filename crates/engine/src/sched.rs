@@ -74,8 +74,9 @@ impl Scheduler {
 
     /// Releases a partly filled pack (the scanner has nothing more right now).
     pub fn flush(&self) {
-        self.lock().flush();
-        self.ready.notify_all();
+        if self.lock().flush() {
+            self.ready.notify_all();
+        }
     }
 
     /// Queues work again (a chunk the sink rejected).
@@ -156,7 +157,7 @@ mod tests {
                 }
             })
         };
-        let root = Arc::new(Root::open(&std::env::temp_dir()).expect("a root"));
+        let root = Arc::new(Root::open(std::env::temp_dir()).expect("a root"));
         for id in 1..=3 {
             s.add(
                 Arc::new(SrcFile {
@@ -172,7 +173,10 @@ mod tests {
         assert!(s.has_room());
         s.close();
         let got = reader.join().expect("the reader");
-        let chunks = got.iter().filter(|w| matches!(w, Work::Chunk { .. })).count();
+        let chunks = got
+            .iter()
+            .filter(|w| matches!(w, Work::Chunk { .. }))
+            .count();
         let packs = got.iter().filter(|w| matches!(w, Work::Pack(_))).count();
         assert_eq!((chunks, packs), (6, 1));
         assert!(s.try_next().is_none());

@@ -180,13 +180,16 @@ impl<F: ChunkFile + Clone> Scheduler<F> {
         self.check();
     }
 
-    /// Releases a partly filled pack (the scanner has nothing more right now).
-    pub fn flush(&mut self) {
-        if !self.open_pack.is_empty() {
-            debug_assert!(self.open_pack_bytes <= u64::from(self.chunk_bytes));
-            self.packs.push_back(std::mem::take(&mut self.open_pack));
-            self.open_pack_bytes = 0;
+    /// Releases a partly filled pack (the scanner has nothing more right now); `true`
+    /// if there was one.
+    pub fn flush(&mut self) -> bool {
+        if self.open_pack.is_empty() {
+            return false;
         }
+        debug_assert!(self.open_pack_bytes <= u64::from(self.chunk_bytes));
+        self.packs.push_back(std::mem::take(&mut self.open_pack));
+        self.open_pack_bytes = 0;
+        true
     }
 
     /// Queues work again (a chunk the sink rejected).
