@@ -81,34 +81,40 @@ pub(super) struct Outlets {
 }
 
 impl Outlets {
-    /// Starts the net-send threads when the pipeline is queued.
-    pub(super) fn start(
+    pub(super) fn new(inline: bool, conns: Conns, stats: &Arc<Stats>) -> Outlets {
+        Outlets {
+            inline,
+            conns,
+            queues: HashMap::new(),
+            stats: Arc::clone(stats),
+        }
+    }
+
+    /// Starts the net-send threads, one per connection, when the pipeline is queued.
+    pub(super) fn start_senders(
+        &mut self,
         stages: &mut Stages,
         runtime: &Arc<Runtime>,
-        (inline, conns): (bool, Conns),
-        stats: &Arc<Stats>,
         abort: &Arc<AtomicBool>,
-    ) -> Result<Outlets, EngineError> {
-        let mut queues: Queues<Outgoing> = HashMap::new();
-        for (i, conn) in conns.all.iter().enumerate().filter(|_| !inline) {
+    ) -> Result<(), EngineError> {
+        if self.inline {
+            return Ok(());
+        }
+        for (i, conn) in self.conns.all.iter().enumerate() {
             let i = index(i);
             let (channel, pool) = runtime.pool_for(Role::NetSend, i);
-            let (_, rx) = queues
+            let (_, rx) = self
+                .queues
                 .entry(channel)
                 .or_insert_with(|| bounded(pool.slots() as usize))
                 .clone();
-            let (conn, stats, abort) = (Arc::clone(conn), Arc::clone(stats), Arc::clone(abort));
+            let conn = Arc::clone(conn);
+            let (stats, abort) = (Arc::clone(&self.stats), Arc::clone(abort));
             stages.spawn(runtime, Role::NetSend, i, move || {
                 send_queued(&rx, &conn, channel, &stats, &abort)
             })?;
         }
-        let stats = Arc::clone(stats);
-        Ok(Outlets {
-            inline,
-            conns,
-            queues,
-            stats,
-        })
+        Ok(())
     }
 
     /// How thread `k` of `channel` gets its chunks onto the wire.

@@ -5,7 +5,7 @@
 
 use super::{ScanSpec, Sources};
 use crate::codec::SharedAuto;
-use crate::control::{ControlEvent, ControlTx};
+use crate::control::{ControlEvent, ControlTx, Wiring};
 use crate::error::EngineError;
 use crate::fs::{Root, Scanner};
 use crate::sched::{Scheduler, Work};
@@ -65,8 +65,7 @@ impl<'a> Master<'a> {
     pub(super) fn new(
         sources: &'a Sources,
         sched: &'a Scheduler,
-        (control, events): (&'a ControlTx, &'a Receiver<ControlEvent>),
-        stats: &'a Stats,
+        wiring: Wiring<'a>,
         auto: &'a SharedAuto,
     ) -> Master<'a> {
         let clock = Clock {
@@ -75,9 +74,9 @@ impl<'a> Master<'a> {
         Master {
             sources,
             sched,
-            control,
-            events,
-            stats,
+            control: wiring.control,
+            events: wiring.events,
+            stats: wiring.stats,
             auto,
             clock,
         }

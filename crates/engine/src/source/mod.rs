@@ -141,16 +141,10 @@ pub fn run(
         abort: &abort,
         compress: (compress, &auto),
     };
-    let outlets = data.start(&mut stages, (inline, conns));
+    let outlets = data.start(&mut stages, inline, conns);
     let negotiate = opts.resume || opts.update || opts.no_clobber;
     let mut core = SourceCore::new(SourceConfig::new(opts.chunk_bytes, negotiate));
-    let master = Master::new(
-        &sources,
-        &sched,
-        (wiring.control, wiring.events),
-        wiring.stats,
-        &auto,
-    );
+    let master = Master::new(&sources, &sched, wiring, &auto);
     let (outlets, result) = match outlets {
         Ok(o) => (Some(o), master.run(&mut core, opts.recursive)),
         Err(e) => (None, Err(e)),
@@ -201,9 +195,14 @@ struct DataPath<'a> {
 impl DataPath<'_> {
     /// Starts the net-send threads (queued pipeline), the compress stage and the
     /// io-read threads, in the order a chunk meets them backwards.
-    fn start(&self, stages: &mut Stages, conns: (bool, Conns)) -> Result<Outlets, EngineError> {
-        let stats = self.wiring.stats;
-        let mut outlets = Outlets::start(stages, self.runtime, conns, stats, self.abort)?;
+    fn start(
+        &self,
+        stages: &mut Stages,
+        inline: bool,
+        conns: Conns,
+    ) -> Result<Outlets, EngineError> {
+        let mut outlets = Outlets::new(inline, conns, self.wiring.stats);
+        outlets.start_senders(stages, self.runtime, self.abort)?;
         let stage = dispatch::start_compress_stage(
             stages,
             self.runtime,

@@ -16,6 +16,47 @@
 //! are announced and not yet answered). The chunks themselves never pass through here:
 //! [`SourceAction::Schedule`] hands a file to the scheduler ([`crate::sched`]), and the
 //! driver's readers read and send it.
+//!
+//! ```
+//! use sluice_session::source::{SourceAction, SourceConfig, SourceCore, Waiting};
+//! use sluice_session::time::Instant;
+//! use sluice_wire::{CloseAck, FileDone, FileEntry, FileKind, Frame, RelPath};
+//!
+//! // The driver carries out every action before the next event.
+//! fn drain(core: &mut SourceCore, sent: &mut Vec<Frame>) {
+//!     while let Some(action) = core.poll_action() {
+//!         match action {
+//!             SourceAction::Send(frame) => sent.push(frame),
+//!             SourceAction::Schedule { file_id, .. } => assert_eq!(file_id, 1),
+//!             _ => {} // the statistics, the scheduler's packs and end
+//!         }
+//!     }
+//! }
+//! let mut core = SourceCore::new(SourceConfig::new(1 << 20, false));
+//! let mut sent = Vec::new();
+//! let entry = FileEntry {
+//!     file_id: 1,
+//!     path: RelPath::parse("a").unwrap(),
+//!     kind: FileKind::File,
+//!     size: 10,
+//!     mode: 0o644,
+//!     mtime_ns: 0,
+//!     symlink_target: None,
+//! };
+//! core.on_entry(0, entry);
+//! drain(&mut core, &mut sent);
+//! core.on_scan_end();
+//! drain(&mut core, &mut sent);
+//! assert!(matches!(&sent[..], [Frame::Manifest(_), Frame::ManifestEnd(_)]));
+//! let done = Frame::FileDone(FileDone { file_id: 1, digest: [0; 16] });
+//! core.on_frame(done, Instant::ZERO).unwrap();
+//! drain(&mut core, &mut sent);
+//! assert_eq!(core.waiting_for(), Waiting::DataSent);
+//! core.on_data_sent(Instant::ZERO); // every chunk went out: `Close`
+//! drain(&mut core, &mut sent);
+//! core.on_frame(Frame::CloseAck(CloseAck), Instant::ZERO).unwrap();
+//! assert_eq!(core.waiting_for(), Waiting::Finished);
+//! ```
 
 use crate::time::Instant;
 use sluice_wire::{
