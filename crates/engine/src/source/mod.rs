@@ -3,10 +3,10 @@
 //! The protocol (the window of announced files, `Have` → schedule, `ChunkNack` →
 //! resend, the close) is [`sluice_session::source::SourceCore`]; this module is its I/O
 //! shell. Threads: a scanner streams the tree; the master (the calling thread, in
-//! [`master`]) feeds its entries and the sink's answers to the core and carries out its
-//! actions, handing files to the [`Scheduler`]; io-read threads ([`reader`]), pinned by
-//! the plan, take work from it, read chunks ([`read`]) into their channel's NUMA-local
-//! slots and ship them ([`dispatch`]): to the compress stage when there is one, else
+//! `master`) feeds its entries and the sink's answers to the core and carries out its
+//! actions, handing files to the [`Scheduler`]; io-read threads (`reader`), pinned by
+//! the plan, take work from it, read chunks (`read`) into their channel's NUMA-local
+//! slots and ship them (`dispatch`): to the compress stage when there is one, else
 //! sent by the reader itself (Tyche's inline path) or through a bounded queue to the
 //! channel's net-send threads (the queued pipeline).
 

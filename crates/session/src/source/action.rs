@@ -63,7 +63,7 @@ pub enum Report {
 pub enum SourceAction {
     /// Send this frame on the control connection.
     Send(Frame),
-    /// Hand file `file_id` (see [`SourceCore::entry`]) to the scheduler, less the chunks
+    /// Hand file `file_id` (see [`super::SourceCore::entry`]) to the scheduler, less the chunks
     /// in `skip` (the sink holds them).
     Schedule {
         /// The file.
