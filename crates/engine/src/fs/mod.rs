@@ -22,9 +22,7 @@ mod sink;
 pub mod spec;
 
 pub use error::{FsError, Op};
-pub use layout::{
-    BlockDeviceLayout, Layout, LayoutScheduler, LustreLayout, SimulatedStripes, TargetId, WorkItem,
-};
+pub use layout::{BlockDeviceLayout, Layout, LayoutScheduler, SingleTarget, TargetId, WorkItem};
 pub use root::{EntryKind, EntryMeta, Root};
 pub use scan::{ScanError, Scanner, SourceMap, KEEP_OPEN_DIRS};
 pub use sink::{

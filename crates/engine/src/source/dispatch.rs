@@ -1,0 +1,289 @@
+//! From a chunk read (and compressed, when on) to the wire: sent by the thread holding
+//! it on one of its channel's connections (inline, seed 003), or queued for the
+//! channel's net-send threads; and the compress stage between the readers and the wire.
+
+use crate::codec::{CompressMode, Compressor, SharedAuto};
+use crate::error::EngineError;
+use crate::pipeline::Stages;
+use crate::runtime::{queue_for, Queues, Runtime};
+use crate::stats::Stats;
+use crate::transport::ChunkSender;
+use crossbeam_channel::{bounded, Receiver, Sender};
+use sluice_buffers::Slot;
+use sluice_placement::Role;
+use sluice_wire::{ChunkHeader, Close, CloseReason, Compression, Segment};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// One data connection's sending half, shared by the threads that may use it.
+type Conn = Mutex<ChunkSender>;
+
+/// A chunk ready to go out: to the compress stage, or to the senders' queue.
+pub(super) struct Outgoing {
+    pub(super) header: ChunkHeader,
+    pub(super) segments: Vec<Segment>,
+    pub(super) slot: Slot,
+}
+
+/// The session's data connections, grouped by the channel their net thread belongs to
+/// on this host.
+pub(super) struct Conns {
+    by_channel: HashMap<u32, Vec<Arc<Conn>>>,
+    all: Vec<Arc<Conn>>,
+}
+
+impl Conns {
+    /// `conns` in stream order, stream `i` on the channel of net-send thread `i`.
+    pub(super) fn group(runtime: &Runtime, conns: Vec<ChunkSender>) -> Conns {
+        let mut by_channel: HashMap<u32, Vec<Arc<Conn>>> = HashMap::new();
+        let mut all = Vec::with_capacity(conns.len());
+        for (i, c) in conns.into_iter().enumerate() {
+            let (channel, _) = runtime.pool_for(Role::NetSend, index(i));
+            let conn = Arc::new(Mutex::new(c));
+            by_channel
+                .entry(channel)
+                .or_default()
+                .push(Arc::clone(&conn));
+            all.push(conn);
+        }
+        Conns { by_channel, all }
+    }
+
+    /// Data connections.
+    pub(super) fn count(&self) -> u32 {
+        index(self.all.len())
+    }
+
+    /// Tells the sink that no more chunks follow on each data connection.
+    pub(super) fn close_all(&self) {
+        for conn in &self.all {
+            let mut c = conn.lock().unwrap_or_else(PoisonError::into_inner);
+            let _ = c.send_frame(&Close {
+                reason: CloseReason::Done,
+            });
+            c.shutdown();
+        }
+    }
+}
+
+fn index(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
+/// Where the threads holding chunks send them: the connections, and (queued pipeline)
+/// one bounded queue per channel drained by that channel's net-send threads.
+pub(super) struct Outlets {
+    pub(super) inline: bool,
+    pub(super) conns: Conns,
+    queues: Queues<Outgoing>,
+    stats: Arc<Stats>,
+}
+
+impl Outlets {
+    pub(super) fn new(inline: bool, conns: Conns, stats: &Arc<Stats>) -> Outlets {
+        Outlets {
+            inline,
+            conns,
+            queues: HashMap::new(),
+            stats: Arc::clone(stats),
+        }
+    }
+
+    /// Starts the net-send threads, one per connection, when the pipeline is queued.
+    pub(super) fn start_senders(
+        &mut self,
+        stages: &mut Stages,
+        runtime: &Arc<Runtime>,
+        abort: &Arc<AtomicBool>,
+    ) -> Result<(), EngineError> {
+        if self.inline {
+            return Ok(());
+        }
+        for (i, conn) in self.conns.all.iter().enumerate() {
+            let i = index(i);
+            let (channel, pool) = runtime.pool_for(Role::NetSend, i);
+            let (_, rx) = self
+                .queues
+                .entry(channel)
+                .or_insert_with(|| bounded(pool.slots() as usize))
+                .clone();
+            let conn = Arc::clone(conn);
+            let (stats, abort) = (Arc::clone(&self.stats), Arc::clone(abort));
+            stages.spawn(runtime, Role::NetSend, i, move || {
+                send_queued(&rx, &conn, channel, &stats, &abort)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// How thread `k` of `channel` gets its chunks onto the wire.
+    pub(super) fn dispatch(&self, channel: u32, k: u32) -> Dispatch {
+        Dispatch {
+            channel,
+            inline: self.inline,
+            queue: queue_for(&self.queues, channel, k),
+            own: self
+                .conns
+                .by_channel
+                .get(&channel)
+                .cloned()
+                .unwrap_or_else(|| self.conns.all.clone()),
+            rr: k as usize,
+            stats: Arc::clone(&self.stats),
+        }
+    }
+
+    /// Drops the queues' last senders held here: the net-send threads end once every
+    /// thread holding a [`Dispatch`] has.
+    pub(super) fn seal(&mut self) {
+        self.queues.clear();
+    }
+}
+
+/// A net-send thread's body: sends what its channel's queue holds until it closes.
+fn send_queued(
+    rx: &Receiver<Outgoing>,
+    conn: &Conn,
+    channel: u32,
+    stats: &Stats,
+    abort: &AtomicBool,
+) -> Result<(), EngineError> {
+    while let Ok(out) = rx.recv() {
+        if abort.load(Ordering::Relaxed) {
+            break;
+        }
+        let mut c = conn.lock().unwrap_or_else(PoisonError::into_inner);
+        c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
+        stats.add_wire(channel, u64::from(out.header.wire_len));
+    }
+    Ok(())
+}
+
+/// Starts the compress stage (seed 001) when the session compresses and the plan has
+/// compress threads: io-read threads hand their chunks to them through bounded
+/// per-channel queues; each compress thread compresses and sends (or queues for the
+/// senders). Returns the queues (empty: the io-read threads compress themselves).
+pub(super) fn start_compress_stage(
+    stages: &mut Stages,
+    runtime: &Arc<Runtime>,
+    outlets: &Outlets,
+    (mode, auto): (CompressMode, &Arc<SharedAuto>),
+    abort: &Arc<AtomicBool>,
+) -> Result<Queues<Outgoing>, EngineError> {
+    let threads = runtime.planned(Role::Compress);
+    let mut stage: Queues<Outgoing> = HashMap::new();
+    if mode == CompressMode::None || threads == 0 {
+        return Ok(stage);
+    }
+    outlets.stats.set_codec_threads(threads);
+    tracing::info!("compress stage: {threads} threads");
+    for c in 0..threads {
+        let (channel, _) = runtime.pool_for(Role::Compress, c);
+        // Two read-ahead slots per compress thread keep it busy; more would only hold
+        // slots the readers could use.
+        let (_, rx) = stage
+            .entry(channel)
+            .or_insert_with(|| bounded(2 * threads as usize))
+            .clone();
+        let mut dispatch = outlets.dispatch(channel, c);
+        let (abort, auto) = (Arc::clone(abort), Arc::clone(auto));
+        stages.spawn(runtime, Role::Compress, c, move || {
+            let mut compressor = Compressor::sharing(mode, &auto);
+            while let Ok(out) = rx.recv() {
+                if abort.load(Ordering::Relaxed) || dispatch.ship(out, &mut compressor)?.is_none() {
+                    break;
+                }
+            }
+            Ok(())
+        })?;
+    }
+    Ok(stage)
+}
+
+/// How a thread holding a chunk ready to go (an io-read thread, or a compress thread)
+/// gets it onto the wire: compressed when the session compresses, then sent on one of
+/// its channel's connections (inline, seed 003) or queued for the channel's senders.
+pub(super) struct Dispatch {
+    channel: u32,
+    inline: bool,
+    queue: Option<Sender<Outgoing>>,
+    /// Connections this thread sends on inline: its channel's, or every one.
+    own: Vec<Arc<Conn>>,
+    /// Round-robin start over `own`.
+    rr: usize,
+    stats: Arc<Stats>,
+}
+
+impl Dispatch {
+    /// Compresses (when on) and sends or queues one chunk. Gives back the chunk's
+    /// segment list for reuse when it sent it itself (empty when queued); `Ok(None)`: the
+    /// senders are gone (the session is ending).
+    pub(super) fn ship(
+        &mut self,
+        mut out: Outgoing,
+        compressor: &mut Compressor,
+    ) -> Result<Option<Vec<Segment>>, EngineError> {
+        if !compressor.is_off() {
+            compress(&mut out, compressor);
+        }
+        let filled = out.slot.filled();
+        crate::fault::corrupt_if_chosen(&mut out.slot[..filled]);
+        self.stats
+            .add_payload(self.channel, u64::from(out.header.raw_len));
+        let payload = out.header.raw_len as usize;
+        let key = (out.header.file_id, out.header.offset);
+        let handing = std::time::Instant::now();
+        match &self.queue {
+            Some(q) if !self.inline => {
+                // A full queue holds the thread back: `auto` sees the senders' pace.
+                if q.send(out).is_err() {
+                    return Ok(None);
+                }
+                compressor.record_sent(key, payload, handing.elapsed());
+                Ok(Some(Vec::new()))
+            }
+            _ => {
+                let segments = self.send_inline(out)?;
+                compressor.record_sent(key, payload, handing.elapsed());
+                Ok(Some(segments))
+            }
+        }
+    }
+
+    /// Sends on a free connection of this channel, or waits for one; gives the segment
+    /// list back, emptied.
+    fn send_inline(&mut self, mut out: Outgoing) -> Result<Vec<Segment>, EngineError> {
+        let n = self.own.len();
+        let mut sent = false;
+        for k in 0..n {
+            if let Ok(mut c) = self.own[(self.rr + k) % n].try_lock() {
+                c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
+                sent = true;
+                break;
+            }
+        }
+        if !sent {
+            let mut c = self.own[self.rr % n]
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
+        }
+        self.rr = self.rr.wrapping_add(1);
+        self.stats
+            .add_wire(self.channel, u64::from(out.header.wire_len));
+        out.segments.clear();
+        Ok(out.segments)
+    }
+}
+
+/// Compresses the chunk in place when that pays; its header then says so.
+fn compress(out: &mut Outgoing, compressor: &mut Compressor) {
+    let raw_len = out.header.raw_len;
+    let done = compressor.compress(&mut out.slot, raw_len as usize);
+    if done.compression != Compression::None {
+        let wire = u32::try_from(done.wire_len).unwrap_or(raw_len);
+        out.header = out.header.compressed(done.compression, wire);
+        out.slot.set_filled(done.wire_len);
+    }
+}

@@ -1,0 +1,259 @@
+//! Reading one piece of work into a slot: a large file's chunk (through the page cache,
+//! or `O_DIRECT` where asked and supported) or a pack of small files.
+
+use crate::control::ControlTx;
+use crate::sched::{SrcFile, Work};
+use crate::stats::Stats;
+use sluice_buffers::Slot;
+use sluice_wire::{chunk_checksum, ChunkFlags, ChunkHeader, ErrorCode, FileFailed, Frame, Segment};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+/// A reader's open large file: kept while its chunks keep coming (one `open` per file,
+/// not per chunk, and the kernel's readahead state survives), with the next chunk this
+/// reader is likely to take asked for ahead (`POSIX_FADV_WILLNEED`), so the disk reads
+/// it while this one is checksummed and sent.
+pub(super) struct OpenFile {
+    direct: bool,
+    /// Chunks between this reader's successive chunks of a file (the reader count).
+    stride: u64,
+    current: Option<(u64, Arc<File>, bool)>,
+}
+
+impl OpenFile {
+    pub(super) fn new(direct: bool, stride: u64) -> OpenFile {
+        OpenFile {
+            direct,
+            stride,
+            current: None,
+        }
+    }
+
+    /// The open file for `file` (a handle a read in flight can keep while this reader
+    /// moves on to another file), and whether it reads with `O_DIRECT`.
+    pub(super) fn get(&mut self, file: &SrcFile) -> Result<(Arc<File>, bool), crate::fs::FsError> {
+        let current = match self.current.take() {
+            Some(c) if c.0 == file.id => c,
+            _ => {
+                let (f, direct) = open_chunk_file(file, self.direct)?;
+                (file.id, Arc::new(f), direct)
+            }
+        };
+        let (_, f, direct) = self.current.insert(current);
+        Ok((Arc::clone(f), *direct))
+    }
+
+    /// Asks the kernel to start reading the chunk after `offset`+`len` this reader will
+    /// likely take next (advice only: a failure changes nothing).
+    fn prefetch(&self, size: u64, offset: u64, len: u32) {
+        let Some((_, f, false)) = &self.current else {
+            return;
+        };
+        let next = offset.saturating_add(u64::from(len).saturating_mul(self.stride));
+        if next < size {
+            let _ = rustix::fs::fadvise(
+                f,
+                next,
+                std::num::NonZeroU64::new(u64::from(len)),
+                rustix::fs::Advice::WillNeed,
+            );
+        }
+    }
+}
+
+/// Where a reader reports a file it cannot read: to the sink (which counts it failed)
+/// and to the log.
+#[derive(Clone, Copy)]
+pub(super) struct Failures<'a> {
+    pub(super) control: &'a ControlTx,
+    pub(super) stats: &'a Stats,
+}
+
+impl Failures<'_> {
+    pub(super) fn fail(&self, file: &SrcFile, msg: &str) {
+        tracing::warn!("{msg}");
+        self.control.send(Frame::FileFailed(FileFailed::new(
+            file.id,
+            ErrorCode::Io,
+            msg,
+        )));
+        self.stats.file_failed_at_source(file.id, msg);
+    }
+}
+
+/// Reads one piece of work into `slot` (a pack's segment list into `segments`); returns
+/// its chunk header. Files that cannot be read are reported failed and left out.
+pub(super) fn read_work(
+    work: &Work,
+    open: &mut OpenFile,
+    slot: &mut Slot,
+    segments: &mut Vec<Segment>,
+    failures: Failures<'_>,
+) -> Option<ChunkHeader> {
+    match work {
+        Work::Chunk {
+            file, offset, len, ..
+        } => read_chunk(file, *offset, *len, open, slot, failures),
+        Work::Pack(files) => read_pack(files, slot, segments, failures),
+    }
+}
+
+fn read_chunk(
+    file: &SrcFile,
+    offset: u64,
+    chunk_len: u32,
+    open: &mut OpenFile,
+    slot: &mut Slot,
+    failures: Failures<'_>,
+) -> Option<ChunkHeader> {
+    let len = chunk_len as usize;
+    let result = open
+        .get(file)
+        .map_err(|e| e.to_string())
+        .and_then(|(f, direct)| {
+            if direct {
+                read_direct_at(&f, slot, len, offset)
+            } else {
+                read_full_at(&f, &mut slot[..len], offset)
+            }
+            .map_err(|e| format!("reading {:?} at {offset}: {e}", file.src_path.as_str()))
+        });
+    match result {
+        Ok(()) => {
+            open.prefetch(file.size, offset, chunk_len);
+            slot.set_filled(len);
+            Some(chunk_header(file, offset, slot))
+        }
+        Err(msg) => {
+            failures.fail(file, &msg);
+            None
+        }
+    }
+}
+
+/// Reads small files back to back into `slot`; those that cannot be read are left out
+/// (the pack is `None` if none could).
+fn read_pack(
+    files: &[Arc<SrcFile>],
+    slot: &mut Slot,
+    segments: &mut Vec<Segment>,
+    failures: Failures<'_>,
+) -> Option<ChunkHeader> {
+    let mut filled = 0usize;
+    let mut first = None;
+    for f in files {
+        match read_segment(f, slot, filled) {
+            Ok(segment) => {
+                first.get_or_insert(f.id);
+                filled += segment.len as usize;
+                segments.push(segment);
+            }
+            Err(msg) => failures.fail(f, &msg),
+        }
+    }
+    let first = first?;
+    slot.set_filled(filled);
+    let mut header = ChunkHeader::plain(first, 0, slot.filled_bytes(), true);
+    header.flags.set(ChunkFlags::PACKED, true);
+    header.segments = u16::try_from(segments.len()).unwrap_or(u16::MAX);
+    header.checksum = chunk_checksum(slot.filled_bytes());
+    Some(header)
+}
+
+/// Reads small file `f` whole into `slot` at `at`.
+fn read_segment(f: &SrcFile, slot: &mut Slot, at: usize) -> Result<Segment, String> {
+    let (Ok(len), Ok(seg_len)) = (usize::try_from(f.size), u32::try_from(f.size)) else {
+        return Err("too large to pack".into());
+    };
+    if at + len > slot.len() {
+        return Err("grew past the pack while being read".into());
+    }
+    let h = f.root.open_read(&f.src_path).map_err(|e| e.to_string())?;
+    let meta_len = h.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+    if meta_len != f.size {
+        return Err(format!(
+            "{:?} changed size during the transfer ({} -> {meta_len} bytes)",
+            f.src_path.as_str(),
+            f.size
+        ));
+    }
+    read_full_at(&h, &mut slot[at..at + len], 0)
+        .map_err(|e| format!("reading {:?}: {e}", f.src_path.as_str()))?;
+    Ok(Segment {
+        file_id: f.id,
+        len: seg_len,
+    })
+}
+
+/// The header of chunk `offset` of `file`, read into `slot` (its checksum computed now).
+pub(super) fn chunk_header(file: &SrcFile, offset: u64, slot: &Slot) -> ChunkHeader {
+    let last = offset + slot.filled() as u64 >= file.size;
+    ChunkHeader::plain(file.id, offset, slot.filled_bytes(), last)
+}
+
+/// Opens a large file's chunk source: with `O_DIRECT` when asked and supported (one
+/// warning per process when the file system refuses it), else through the page cache.
+fn open_chunk_file(file: &SrcFile, direct: bool) -> Result<(File, bool), crate::fs::FsError> {
+    static NO_DIRECT: std::sync::Once = std::sync::Once::new();
+    if direct {
+        match file.root.open_read_direct(&file.src_path) {
+            Ok(f) => return Ok((f, true)),
+            Err(e) if e.io_error().and_then(std::io::Error::raw_os_error) == Some(libc::EINVAL) => {
+                NO_DIRECT.call_once(|| {
+                    tracing::warn!(
+                        "--direct: {} does not support O_DIRECT; reading through the page cache",
+                        file.root.path().display()
+                    );
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    file.root.open_read(&file.src_path).map(|f| (f, false))
+}
+
+/// An `O_DIRECT` read of `len` bytes at `offset` (a multiple of the chunk size, so
+/// aligned) into the page-aligned slot: the length is rounded up to the page size and
+/// the file's end returns the short count.
+fn read_direct_at(f: &File, slot: &mut Slot, len: usize, offset: u64) -> std::io::Result<()> {
+    const ALIGN: usize = 4096;
+    let want = len.div_ceil(ALIGN) * ALIGN;
+    let dst = slot
+        .get_mut(..want)
+        .ok_or_else(|| std::io::Error::other("chunk larger than its slot"))?;
+    let mut done = 0;
+    while done < len {
+        match f.read_at(&mut dst[done..], offset + done as u64) {
+            Ok(0) => return Err(shorter_than_scanned()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// pread until `dst` is full; a short file is an error.
+fn read_full_at(f: &File, dst: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < dst.len() {
+        match f.read_at(&mut dst[done..], offset) {
+            Ok(0) => return Err(shorter_than_scanned()),
+            Ok(n) => {
+                done += n;
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn shorter_than_scanned() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        "the file is shorter than when it was scanned",
+    )
+}

@@ -1,0 +1,87 @@
+//! The `Have` and `ChunkNack` rules, as pure functions of one file's entry.
+
+use super::{Resend, SourceConfig};
+use crate::sched::is_small;
+use sluice_wire::{chunk_count, ChunkNack, ChunkSet, FileEntry, FileKind, HaveState};
+
+/// What to do with a file the sink answered with `state`.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Decision {
+    /// Schedule it, less `skip`; `resumed` bytes are held already.
+    Send {
+        skip: Option<ChunkSet>,
+        resumed: Option<u64>,
+    },
+    /// Nothing to schedule (no data); its `FileDone` will come.
+    Nothing,
+    /// The sink keeps what it has.
+    Skipped,
+}
+
+pub(super) fn decide(entry: &FileEntry, state: HaveState, chunk_bytes: u32) -> Decision {
+    let data = entry.kind == FileKind::File && entry.size > 0;
+    let whole = if data {
+        Decision::Send {
+            skip: None,
+            resumed: None,
+        }
+    } else {
+        Decision::Nothing
+    };
+    match state {
+        HaveState::Missing => whole,
+        HaveState::Partial {
+            size,
+            mtime_ns,
+            chunks,
+        } => {
+            // The partial is only trusted if the source has not changed since.
+            if size == entry.size && mtime_ns == entry.mtime_ns {
+                let resumed = held_bytes(entry.size, chunk_bytes, &chunks);
+                Decision::Send {
+                    skip: Some(chunks),
+                    resumed: Some(resumed),
+                }
+            } else {
+                Decision::Send {
+                    skip: None,
+                    resumed: None,
+                }
+            }
+        }
+        // The destination holds another version: send this one whole.
+        HaveState::Complete { size, mtime_ns, .. }
+            if size != entry.size || mtime_ns != entry.mtime_ns =>
+        {
+            whole
+        }
+        HaveState::Complete { .. } | HaveState::Skip(_) => Decision::Skipped,
+    }
+}
+
+/// Bytes of a file of `size` the sink holds in `chunks`: whole chunks, less what the
+/// last one lacks if it is held.
+pub(super) fn held_bytes(size: u64, chunk_bytes: u32, chunks: &ChunkSet) -> u64 {
+    let chunk = u64::from(chunk_bytes);
+    let count = chunk_count(size, chunk_bytes);
+    let held = chunks.len().saturating_mul(chunk);
+    if count > 0 && chunks.contains(count - 1) {
+        held.saturating_sub(count * chunk - size)
+    } else {
+        held
+    }
+}
+
+/// What to send again of a file of `size` after a `ChunkNack` at `offset`.
+pub(super) fn resend(cfg: &SourceConfig, size: u64, nack: &ChunkNack) -> Resend {
+    if is_small(size, cfg.chunk_bytes, cfg.small_max_bytes) {
+        return Resend::Pack;
+    }
+    let chunk = u64::from(cfg.chunk_bytes);
+    let len = (size - nack.offset.min(size)).min(chunk);
+    Resend::Chunk {
+        index: nack.offset / chunk,
+        offset: nack.offset,
+        len: u32::try_from(len).unwrap_or(0),
+    }
+}
