@@ -2,7 +2,7 @@
 //! it on one of its channel's connections (inline, seed 003), or queued for the
 //! channel's net-send threads; and the compress stage between the readers and the wire.
 
-use crate::codec::{CompressMode, Compressor, SharedAuto};
+use crate::codec::{CodecPlan, Compressor, SharedAuto};
 use crate::error::EngineError;
 use crate::pipeline::Stages;
 use crate::runtime::{queue_for, Queues, Runtime};
@@ -168,12 +168,12 @@ pub(super) fn start_compress_stage(
     stages: &mut Stages,
     runtime: &Arc<Runtime>,
     outlets: &Outlets,
-    (mode, auto): (CompressMode, &Arc<SharedAuto>),
+    (codec, auto): (CodecPlan, &Arc<SharedAuto>),
     abort: &Arc<AtomicBool>,
 ) -> Result<Queues<Outgoing>, EngineError> {
-    let threads = runtime.planned(Role::Compress);
+    let (mode, threads) = (codec.mode, codec.compress_threads);
     let mut stage: Queues<Outgoing> = HashMap::new();
-    if mode == CompressMode::None || threads == 0 {
+    if !codec.staged_compress() {
         return Ok(stage);
     }
     outlets.stats.set_codec_threads(threads);

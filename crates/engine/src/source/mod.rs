@@ -15,7 +15,7 @@ mod master;
 mod read;
 mod reader;
 
-use crate::codec::{CompressMode, SharedAuto};
+use crate::codec::{CodecInputs, CodecPlan, CodecSite, SharedAuto};
 use crate::control::Wiring;
 use crate::error::EngineError;
 use crate::fs::layout::{BlockDeviceLayout, Layout, SingleTarget, TargetId, TargetTable};
@@ -122,16 +122,20 @@ pub fn run(
     let sched = Arc::new(Scheduler::new(opts.chunk_bytes, SMALL_FILE_MAX_BYTES));
     let sources = Sources::new(specs);
     let abort = Arc::new(AtomicBool::new(false));
-    let compress = opts
-        .compress
-        .toward(conns.first().is_some_and(ChunkSender::peer_is_this_host));
+    let peer_is_this_host = conns.first().is_some_and(ChunkSender::peer_is_this_host);
     let conns = Conns::group(runtime, conns);
+    let codec = CodecPlan::decide(&CodecInputs {
+        peer_is_this_host,
+        io_threads: opts.io_threads,
+        streams: conns.count(),
+        ..CodecInputs::on(runtime, CodecSite::Source, opts.compress)
+    });
     let inline = is_inline(opts.pipeline, opts.io_threads, conns.count());
     wiring
         .stats
         .set_pipeline(if inline { "inline" } else { "queued" });
     wiring.stats.set_io_mode(opts.direct);
-    let auto = auto_for(runtime, opts, compress);
+    let auto = codec.auto(opts.chunk_acks);
     let mut stages = Stages::default();
     let data = DataPath {
         runtime,
@@ -139,7 +143,7 @@ pub fn run(
         wiring,
         sched: &sched,
         abort: &abort,
-        compress: (compress, &auto),
+        codec: (codec, &auto),
     };
     let outlets = data.start(&mut stages, inline, conns);
     let negotiate = opts.resume || opts.update || opts.no_clobber;
@@ -164,24 +168,6 @@ pub fn run(
     master.close(&mut core)
 }
 
-/// The session's one `auto` controller: it judges the goodput of all threads.
-fn auto_for(runtime: &Runtime, opts: &SessionOptions, compress: CompressMode) -> Arc<SharedAuto> {
-    let auto = SharedAuto::new();
-    if opts.chunk_acks {
-        auto.measure_on_ack();
-    }
-    // Raw chunks are handed to the wire by the io-read threads themselves.
-    auto.set_senders(opts.io_threads.max(1));
-    let compress_threads = runtime.planned(Role::Compress);
-    let staged = compress != CompressMode::None && compress_threads > 0;
-    auto.set_threads(if staged {
-        compress_threads
-    } else {
-        opts.io_threads
-    });
-    auto
-}
-
 /// What the data threads of a source session share.
 struct DataPath<'a> {
     runtime: &'a Arc<Runtime>,
@@ -189,7 +175,7 @@ struct DataPath<'a> {
     wiring: Wiring<'a>,
     sched: &'a Arc<Scheduler>,
     abort: &'a Arc<AtomicBool>,
-    compress: (CompressMode, &'a Arc<SharedAuto>),
+    codec: (CodecPlan, &'a Arc<SharedAuto>),
 }
 
 impl DataPath<'_> {
@@ -203,13 +189,8 @@ impl DataPath<'_> {
     ) -> Result<Outlets, EngineError> {
         let mut outlets = Outlets::new(inline, conns, self.wiring.stats);
         outlets.start_senders(stages, self.runtime, self.abort)?;
-        let stage = dispatch::start_compress_stage(
-            stages,
-            self.runtime,
-            &outlets,
-            self.compress,
-            self.abort,
-        )?;
+        let stage =
+            dispatch::start_compress_stage(stages, self.runtime, &outlets, self.codec, self.abort)?;
         self.start_readers(stages, &outlets, &stage)?;
         outlets.seal();
         Ok(outlets)
@@ -231,8 +212,8 @@ impl DataPath<'_> {
                 abort: Arc::clone(self.abort),
                 control: self.wiring.control.clone(),
                 to_compress: queue_for(stage, channel, r),
-                mode: self.compress.0,
-                auto: Arc::clone(self.compress.1),
+                mode: self.codec.0.mode,
+                auto: Arc::clone(self.codec.1),
                 inline: outlets.inline,
                 direct: opts.direct,
                 // Readers take a file's chunks in turn: this one's next is `io_threads`
