@@ -30,7 +30,11 @@ fn the_session_core_does_no_io() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     sources(&src, &mut files);
-    assert!(files.len() >= 6, "found only {} sources under {src:?}", files.len());
+    assert!(
+        files.len() >= 6,
+        "found only {} sources under {src:?}",
+        files.len()
+    );
     let mut found = Vec::new();
     for f in &files {
         let text = std::fs::read_to_string(f).expect("reading a source file");
