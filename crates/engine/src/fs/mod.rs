@@ -21,7 +21,7 @@ mod scan;
 mod sink;
 pub mod spec;
 
-pub use error::{FsError, Op};
+pub use error::{file_error, io_file_error, FsError, Op};
 pub use layout::{
     BlockDeviceLayout, Layout, LayoutScheduler, LustreLayout, SimulatedStripes, TargetId, WorkItem,
 };
