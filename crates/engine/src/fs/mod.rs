@@ -11,7 +11,9 @@
 //!
 //! Every error is an [`FsError`] (or a [`ScanError`] for one scanned entry) naming the
 //! path, the root and the cause, with [`FsError::recovery`] saying whether to retry,
-//! resume or abort.
+//! resume or abort. The sink reports a file's failure as the session core's
+//! [`FileError`](sluice_session::sink::FileError), built from an `FsError` (`From`) or
+//! an OS error ([`io_file_error`], [`file_error`]) with the error's own code.
 
 mod error;
 pub mod layout;

@@ -47,14 +47,16 @@
 //! # Ok::<(), sluice_wire::PathError>(())
 //! ```
 
+mod action;
 mod chunks;
 mod error;
 mod master;
 mod table;
 
+pub use action::{Action, DestFacts, Flow, Options, PartialFacts, Probe};
 pub use chunks::{ChunkAccount, FileChunks, Next, Offer};
 pub use error::FileError;
-pub use master::{Action, DestFacts, Flow, Master, Options, PartialFacts, Probe};
+pub use master::Master;
 pub use table::{
     FileTable, Forgotten, Lookup, TableError, ENTRY_WAIT, MAX_OPEN_FILES, UNDESCRIBED_FILE_ID,
 };

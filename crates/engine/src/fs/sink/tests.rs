@@ -263,7 +263,7 @@ fn no_clobber_refuses_everything() {
 }
 
 #[test]
-fn small_files_symlinks_and_dirs() {
+fn small_files_and_symlinks() {
     let (_t, root) = root();
     write_small_file(
         &root,
@@ -318,6 +318,23 @@ fn small_files_symlinks_and_dirs() {
             .mtime(),
         3
     );
+}
+
+#[test]
+fn directories_get_their_exact_mode_and_mtime_after_their_contents() {
+    use std::os::unix::fs::MetadataExt;
+    let (_t, root) = root();
+    write_small_file(
+        &root,
+        &rel("d/s.txt"),
+        b"small",
+        0o604,
+        0,
+        false,
+        Clobber::Replace,
+    )
+    .unwrap();
+    make_symlink(&root, &rel("d/l"), "/etc/passwd", 0, Clobber::Replace).unwrap();
     make_dir(&root, &rel("ro/inner"), 0o500).unwrap();
     write_small_file(
         &root,
