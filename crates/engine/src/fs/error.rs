@@ -4,6 +4,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use sluice_session::sink::FileError;
 use sluice_wire::{ErrorCode, Recovery};
 
 /// The operation that failed; it opens the message ("cannot *create* ...").
@@ -159,11 +160,6 @@ impl FsError {
         }
     }
 
-    /// Whether this is [`FsError::OutsideRoot`].
-    pub fn is_outside(&self) -> bool {
-        matches!(self, FsError::OutsideRoot { .. })
-    }
-
     /// The path (relative to the root) the error is about; `None` for [`FsError::Root`].
     pub fn path(&self) -> Option<&str> {
         match self {
@@ -203,6 +199,25 @@ impl FsError {
             _ => self.code().recovery(),
         }
     }
+}
+
+impl From<FsError> for FileError {
+    /// The sink's typed file error: this error's code, and its message as the user reads
+    /// it (root included; redacted before it goes to the peer).
+    fn from(e: FsError) -> FileError {
+        FileError::new(e.code(), e.to_string())
+    }
+}
+
+/// A [`FileError`] for an OS error, with its own code (`ENOSPC` is
+/// [`ErrorCode::NoSpace`]) and its text.
+pub fn io_file_error(cause: &io::Error) -> FileError {
+    FileError::new(code_of(cause), cause.to_string())
+}
+
+/// [`io_file_error`] for an error met while `context` (`context: cause`).
+pub fn file_error(context: impl fmt::Display, cause: &io::Error) -> FileError {
+    io_file_error(cause).context(context)
 }
 
 /// The wire error code for an OS error.
@@ -274,6 +289,18 @@ mod tests {
         assert_eq!(e.code(), ErrorCode::NoSpace);
         assert_eq!(e.recovery(), Recovery::Resume);
         assert_eq!(e.path(), Some("a/b.txt"));
+        let f = FileError::from(e);
+        assert_eq!(f.code, ErrorCode::NoSpace);
+        assert!(f.message.contains("No space left"), "{f}");
+        let f = file_error(
+            "re-reading \"x\"",
+            &io::Error::from_raw_os_error(libc::EDQUOT),
+        );
+        assert_eq!(
+            (f.code, f.recovery()),
+            (ErrorCode::NoSpace, Recovery::Resume)
+        );
+        assert!(f.message.starts_with("re-reading \"x\": "), "{f}");
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //!
 //! Every error is an [`FsError`] (or a [`ScanError`] for one scanned entry) naming the
 //! path, the root and the cause, with [`FsError::recovery`] saying whether to retry,
-//! resume or abort.
+//! resume or abort. The sink reports a file's failure as the session core's
+//! [`FileError`](sluice_session::sink::FileError), built from an `FsError` (`From`) or
+//! an OS error ([`io_file_error`], [`file_error`]) with the error's own code.
 
 mod error;
 pub mod layout;
@@ -21,7 +23,7 @@ mod scan;
 mod sink;
 pub mod spec;
 
-pub use error::{FsError, Op};
+pub use error::{file_error, io_file_error, FsError, Op};
 pub use layout::{BlockDeviceLayout, Layout, LayoutScheduler, SingleTarget, TargetId, WorkItem};
 pub use root::{EntryKind, EntryMeta, Root};
 pub use scan::{ScanError, Scanner, SourceMap, KEEP_OPEN_DIRS};

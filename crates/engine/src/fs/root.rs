@@ -244,17 +244,6 @@ impl Root {
             .map_err(|e| self.err(Op::Stat, rel.as_str(), e))
     }
 
-    /// The metadata of the root directory itself.
-    ///
-    /// # Errors
-    /// [`FsError::Io`] if `fstat` fails.
-    pub fn root_metadata(&self) -> Result<EntryMeta, FsError> {
-        self.dir
-            .dir_metadata()
-            .map(|m| EntryMeta::from_cap(&m))
-            .map_err(|e| self.err(Op::Stat, ".", e))
-    }
-
     /// Whether `rel` exists (as anything, a dangling symlink included).
     ///
     /// # Errors

@@ -1,0 +1,59 @@
+//! The session core's [`FileTable`] shared by the receiving threads: a mutex, and a
+//! condition variable on which a chunk that overtook its manifest entry waits for it.
+
+use super::{lock, Entry, Shared, ABORT_POLL};
+use sluice_session::sink::{FileTable, Forgotten, Lookup, TableError};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// Files announced and not finished, by id (bounded by the source's in-flight window).
+#[derive(Debug, Default)]
+pub(super) struct Table {
+    files: Mutex<FileTable<Arc<Entry>>>,
+    added: Condvar,
+}
+
+impl Table {
+    /// Registers a data file announced by the manifest.
+    pub(super) fn insert(&self, e: Arc<Entry>) -> Result<(), TableError> {
+        let id = e.entry.file_id;
+        lock(&self.files).insert(id, e)?;
+        self.added.notify_all();
+        Ok(())
+    }
+
+    /// Records that the manifest has announced `id` (after its entry, if any, is in).
+    pub(super) fn announced(&self, id: u64) {
+        lock(&self.files).announced(id);
+        self.added.notify_all();
+    }
+
+    pub(super) fn remove(&self, id: u64) -> Option<Arc<Entry>> {
+        lock(&self.files).remove(id)
+    }
+
+    pub(super) fn forget(&self, id: u64) -> Forgotten<Arc<Entry>> {
+        lock(&self.files).forget(id)
+    }
+
+    /// The entry for `id`, waiting for the manifest to announce it; `None` at once for a
+    /// file announced and already finished, or when the wait is over (deadline, abort).
+    pub(super) fn wait(&self, id: u64, shared: &Shared) -> Option<Arc<Entry>> {
+        let deadline = FileTable::<Arc<Entry>>::deadline(shared.now());
+        let mut files = lock(&self.files);
+        loop {
+            let now = shared.now();
+            match files.lookup(id, now, deadline) {
+                Lookup::Found(e) => return Some(Arc::clone(e)),
+                Lookup::Gone => return None,
+                Lookup::Wait if shared.aborted() => return None,
+                Lookup::Wait => {}
+            }
+            let left = deadline.saturating_since(now).min(ABORT_POLL);
+            files = self
+                .added
+                .wait_timeout(files, left)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Writing verified chunks: the small files of a packed chunk whole, the pieces of a
+//! large file through its one writer (flat combining, kept by the session core's
+//! [`FileChunks`](sluice_session::sink::FileChunks)).
+
+use super::complete::{complete, finish_entry};
+use super::{lock, Entry, Pending, Received, Shared};
+use crate::error::EngineError;
+use crate::fs::{self as sinkfs, FsError, ResumeMode, SinkFile};
+use crate::pipeline::Stages;
+use crate::runtime::{Queues, Runtime};
+use crossbeam_channel::bounded;
+use sluice_buffers::Slot;
+use sluice_placement::Role;
+use sluice_session::sink::{FileError, Next, Offer};
+use sluice_wire::{chunk_checksum, ChunkHeader, FileDigest, Segment};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The io-write threads of a queued pipeline (none inline), with their per-channel
+/// queues, bounded by the channel's pool slots.
+pub(super) fn spawn_writers(
+    stages: &mut Stages,
+    runtime: &Arc<Runtime>,
+    shared: &Arc<Shared>,
+    inline: bool,
+) -> Result<Queues<Received>, EngineError> {
+    let mut queues: Queues<Received> = HashMap::new();
+    if inline {
+        return Ok(queues);
+    }
+    for w in 0..shared.opts.io_threads.max(1) {
+        let (channel, pool) = runtime.pool_for(Role::IoWrite, w);
+        let (_, rx) = queues
+            .entry(channel)
+            .or_insert_with(|| bounded(pool.slots() as usize))
+            .clone();
+        let shared = Arc::clone(shared);
+        stages.spawn(runtime, Role::IoWrite, w, move || {
+            while let Ok(inc) = rx.recv() {
+                write_chunk(&shared, &inc.header, &inc.segments, inc.slot);
+            }
+            Ok(())
+        })?;
+    }
+    Ok(queues)
+}
+
+/// Writes a verified chunk: a piece of a large file, or the small files of a pack.
+pub(super) fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot: Slot) {
+    if header.is_packed() {
+        write_packed(shared, header, segments, slot);
+    } else {
+        write_large(shared, *header, slot);
+    }
+}
+
+/// Writes each small file of a packed chunk whole, and acknowledges the chunk.
+fn write_packed(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot: Slot) {
+    let data = slot.filled_bytes();
+    let mut at = 0usize;
+    for seg in segments {
+        let len = seg.len as usize;
+        let bytes = &data[at..at + len];
+        at += len;
+        let Some(e) = shared.table.wait(seg.file_id, shared) else {
+            tracing::warn!(
+                "file {} already ended or never announced: dropped",
+                seg.file_id
+            );
+            continue;
+        };
+        let digest = FileDigest::of_ordered(&[chunk_checksum(bytes)]);
+        let result = sinkfs::write_small_file(
+            &shared.root,
+            &e.dest,
+            bytes,
+            e.entry.mode,
+            e.entry.mtime_ns,
+            shared.opts.fsync,
+            shared.clobber(),
+        );
+        finish_entry(
+            shared,
+            &e.entry,
+            result.map(|()| digest).map_err(FileError::from),
+        );
+    }
+    drop(slot);
+    ack(shared, header);
+}
+
+/// Writes a chunk of a large file. One thread at a time writes a given file: a chunk
+/// that arrives while another thread writes it is left with that thread, which writes
+/// it before it stops (flat combining, see `FileChunks`).
+fn write_large(shared: &Shared, header: ChunkHeader, slot: Slot) {
+    let Some(e) = shared.table.wait(header.file_id, shared) else {
+        tracing::warn!(
+            "file {} already ended or never announced: chunk dropped",
+            header.file_id
+        );
+        ack_all(shared, [(header, slot)]);
+        return;
+    };
+    let Some((file, first)) = become_writer(shared, &e, (header, slot)) else {
+        return;
+    };
+    let chunk_bytes = u64::from(shared.chunk_bytes);
+    let mut next = Some(first);
+    while let Some((header, slot)) = next.take() {
+        let index = header.offset / chunk_bytes;
+        let held = lock(&e.state).chunks.is_held(index);
+        // Written without the lock, so chunks keep arriving meanwhile.
+        if !held {
+            if let Err(err) = file.write_at(header.offset, slot.filled_bytes()) {
+                drop(file);
+                write_failed(shared, &e, err, (header, slot));
+                return;
+            }
+            let _ = file.record_chunk(index, header.checksum);
+        }
+        drop(slot);
+        ack(shared, &header);
+        let mut st = lock(&e.state);
+        match st.chunks.written(index, header.checksum) {
+            Next::Write(chunk) => next = Some(chunk),
+            Next::Idle => {}
+            Next::Ended { dropped } => {
+                drop(st);
+                ack_all(shared, dropped);
+            }
+            Next::Complete { digest, dropped } => {
+                let handle = st.file.take();
+                drop(st);
+                drop(file);
+                complete(shared, &e, handle, digest);
+                ack_all(shared, dropped);
+                return;
+            }
+        }
+    }
+}
+
+/// Offers `chunk` to its file: this thread becomes the writer (the partial opened if it
+/// is not yet) and gets it back, or the chunk is left to the writer there is, or dropped
+/// (and acknowledged) because the file has ended.
+fn become_writer(shared: &Shared, e: &Entry, chunk: Pending) -> Option<(Arc<SinkFile>, Pending)> {
+    let mut st = lock(&e.state);
+    let chunk = match st.chunks.offer(chunk) {
+        Offer::Write(chunk) => chunk,
+        Offer::Queued => return None,
+        Offer::Ended(chunk) => {
+            drop(st);
+            ack_all(shared, [chunk]);
+            return None;
+        }
+    };
+    if let Some(f) = &st.file {
+        return Some((Arc::clone(f), chunk));
+    }
+    match open_fresh(shared, e) {
+        Ok(f) => {
+            let f = Arc::new(f);
+            st.file = Some(Arc::clone(&f));
+            Some((f, chunk))
+        }
+        Err(err) => {
+            let (first, dropped) = st.chunks.write_failed();
+            drop(st);
+            if first {
+                finish_entry(shared, &e.entry, Err(err.into()));
+            }
+            ack_all(shared, std::iter::once(chunk).chain(dropped));
+            None
+        }
+    }
+}
+
+/// Creates the partial of a file received from its first chunk.
+fn open_fresh(shared: &Shared, e: &Entry) -> Result<SinkFile, FsError> {
+    let incoming = shared.incoming(&e.entry);
+    let clobber = shared.clobber();
+    let (mut f, _) = SinkFile::create(&shared.root, &e.dest, incoming, ResumeMode::Fresh, clobber)?;
+    direct_writes(shared, &mut f);
+    Ok(f)
+}
+
+/// A write failed: the file ends (its partial kept for resume) and is reported once;
+/// the chunk and those left with this writer are dropped and acknowledged.
+fn write_failed(shared: &Shared, e: &Entry, err: FsError, chunk: Pending) {
+    let (first, dropped) = {
+        let mut st = lock(&e.state);
+        st.file = None;
+        st.chunks.write_failed()
+    };
+    if first {
+        finish_entry(shared, &e.entry, Err(err.into()));
+    }
+    ack_all(shared, std::iter::once(chunk).chain(dropped));
+}
+
+/// With `--direct`, makes `file` write its aligned blocks with `O_DIRECT` (one warning
+/// per process where the file system refuses it).
+pub(super) fn direct_writes(shared: &Shared, file: &mut SinkFile) {
+    static REFUSED: std::sync::Once = std::sync::Once::new();
+    if !shared.opts.direct {
+        return;
+    }
+    if let Err(e) = file.use_direct() {
+        REFUSED.call_once(|| {
+            tracing::warn!(
+                "--direct: cannot write {:?} with O_DIRECT ({e}); writing through the page cache",
+                file.path().as_str()
+            );
+        });
+    }
+}
+
+/// Tells the source that a chunk was delivered (written, or dropped because its file
+/// had already ended), where the session acknowledges chunks.
+fn ack(shared: &Shared, header: &ChunkHeader) {
+    if let Some(frame) = sluice_session::sink::ack(shared.opts.chunk_acks, header) {
+        shared.control.send(frame);
+    }
+}
+
+/// [`ack`] for each chunk of `chunks`, which are dropped.
+fn ack_all(shared: &Shared, chunks: impl IntoIterator<Item = Pending>) {
+    for (header, slot) in chunks {
+        drop(slot);
+        ack(shared, &header);
+    }
+}

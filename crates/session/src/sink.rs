@@ -1,1 +1,0 @@
-//! (being moved here from the engine; see lib.rs)
