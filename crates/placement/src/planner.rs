@@ -40,6 +40,7 @@ mod context;
 mod controls;
 mod explain;
 mod finish;
+mod notes;
 mod place;
 mod settle;
 mod validate;

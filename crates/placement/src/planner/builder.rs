@@ -108,6 +108,56 @@ pub(super) struct Builder<'c, 'a> {
     pub(super) notes: Vec<String>,
 }
 
+/// The channels a policy starts with (manual placements may add more): one unbound
+/// (`os`), one on `bind_node` (`bind`), one per socket with its buffers on the socket's
+/// NIC node or else its first node (`smts`), or one per usable node (`nmts`, `mts`).
+fn first_channels(ctx: &Context<'_>, policy: Policy, bind_node: usize) -> Vec<ChanB> {
+    let all_nics: BTreeSet<usize> = (0..ctx.nics.len()).collect();
+    match policy {
+        Policy::Os | Policy::Auto => vec![ChanB {
+            numa_node: None,
+            nodes: Vec::new(),
+            package: None,
+            nics: all_nics,
+            threads: Vec::new(),
+        }],
+        Policy::Bind => vec![ChanB {
+            numa_node: Some(bind_node),
+            nodes: vec![bind_node],
+            package: ctx.nodes[bind_node].package,
+            nics: all_nics,
+            threads: Vec::new(),
+        }],
+        Policy::Smts => ctx
+            .sockets
+            .iter()
+            .map(|s| {
+                let nic_node = ctx
+                    .nics
+                    .iter()
+                    .filter_map(|n| n.node)
+                    .find(|n| ctx.nodes[*n].socket == ctx.nodes[s.nodes[0]].socket);
+                ChanB {
+                    numa_node: Some(nic_node.unwrap_or(s.nodes[0])),
+                    nodes: s.nodes.clone(),
+                    package: s.package,
+                    nics: BTreeSet::new(),
+                    threads: Vec::new(),
+                }
+            })
+            .collect(),
+        Policy::Nmts | Policy::Mts => (0..ctx.nodes.len())
+            .map(|n| ChanB {
+                numa_node: Some(n),
+                nodes: vec![n],
+                package: ctx.nodes[n].package,
+                nics: BTreeSet::new(),
+                threads: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
 /// Plans under a resolved policy (never `auto`).
 ///
 /// Net threads that find their NIC's node full first stay there, sharing its cores, so
@@ -188,50 +238,7 @@ impl<'c, 'a> Builder<'c, 'a> {
                 0
             }
         };
-        let all_nics: BTreeSet<usize> = (0..ctx.nics.len()).collect();
-        let channels = match policy {
-            Policy::Os | Policy::Auto => vec![ChanB {
-                numa_node: None,
-                nodes: Vec::new(),
-                package: None,
-                nics: all_nics,
-                threads: Vec::new(),
-            }],
-            Policy::Bind => vec![ChanB {
-                numa_node: Some(bind_node),
-                nodes: vec![bind_node],
-                package: ctx.nodes[bind_node].package,
-                nics: all_nics,
-                threads: Vec::new(),
-            }],
-            Policy::Smts => ctx
-                .sockets
-                .iter()
-                .map(|s| {
-                    let nic_node = ctx
-                        .nics
-                        .iter()
-                        .filter_map(|n| n.node)
-                        .find(|n| ctx.nodes[*n].socket == ctx.nodes[s.nodes[0]].socket);
-                    ChanB {
-                        numa_node: Some(nic_node.unwrap_or(s.nodes[0])),
-                        nodes: s.nodes.clone(),
-                        package: s.package,
-                        nics: BTreeSet::new(),
-                        threads: Vec::new(),
-                    }
-                })
-                .collect(),
-            Policy::Nmts | Policy::Mts => (0..ctx.nodes.len())
-                .map(|n| ChanB {
-                    numa_node: Some(n),
-                    nodes: vec![n],
-                    package: ctx.nodes[n].package,
-                    nics: BTreeSet::new(),
-                    threads: Vec::new(),
-                })
-                .collect(),
-        };
+        let channels = first_channels(ctx, policy, bind_node);
         Builder {
             ctx,
             policy,
