@@ -256,11 +256,6 @@ impl Scanner {
         SourceMap::new(self.start.clone(), self.prefix.clone())
     }
 
-    /// The id the next emitted entry will get (after the scan: one past the last).
-    pub fn next_file_id(&self) -> u64 {
-        self.next_id
-    }
-
     /// Sends every item into `tx` (a bounded channel gives back-pressure, so memory
     /// stays bounded). Stops early if the receiver is gone. Returns the entries sent.
     pub fn scan(self, tx: crossbeam_channel::Sender<Result<FileEntry, ScanError>>) -> u64 {
@@ -452,93 +447,126 @@ impl Scanner {
 
     /// Visits the next name of the top frame; `None` when it yields nothing to report.
     fn visit(&mut self) -> Option<Result<FileEntry, ScanError>> {
-        let root = self.root_path.clone();
+        let named = match self.next_name()? {
+            Ok(named) => named,
+            Err(e) => return Some(Err(e)),
+        };
+        let (meta, link) = match self.stat_in_top(&named)? {
+            Ok(found) => found,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(self.entry_of(named, &meta, link))
+    }
+
+    /// Takes the next name of the top frame, with its paths under the root and in the
+    /// transfer; an error for a name that is not UTF-8, not a valid path, or a partial
+    /// file of sluice's own.
+    fn next_name(&mut self) -> Option<Result<Named, ScanError>> {
+        let root = &self.root_path;
         let frame = self.stack.last_mut()?;
         let name_bytes = frame.names.get(frame.next).to_vec();
         frame.next += 1;
         let dir_label = frame.src.as_ref().map_or(".", |s| s.as_str()).to_owned();
-        let Ok(name) = std::str::from_utf8(&name_bytes) else {
-            return Some(Err(ScanError::NonUtf8Name {
-                root,
-                dir: dir_label,
-                name: String::from_utf8_lossy(&name_bytes).into_owned(),
-            }));
+        let name = match String::from_utf8(name_bytes) {
+            Ok(name) => name,
+            Err(e) => {
+                return Some(Err(ScanError::NonUtf8Name {
+                    root: root.clone(),
+                    dir: dir_label,
+                    name: String::from_utf8_lossy(e.as_bytes()).into_owned(),
+                }))
+            }
         };
         let join = |base: &Option<RelPath>| match base {
-            Some(b) => b.join(name),
-            None => RelPath::parse(name),
+            Some(b) => b.join(&name),
+            None => RelPath::parse(&name),
         };
         let bad_path = |error| ScanError::BadPath {
             root: root.clone(),
             path: format!("{dir_label}/{name}"),
             error,
         };
-        let src = match join(&frame.src) {
-            Ok(p) => p,
-            Err(e) => return Some(Err(bad_path(e))),
+        let (src, out) = match (join(&frame.src), join(&frame.out)) {
+            (Ok(src), Ok(out)) => (src, out),
+            (Err(e), _) | (_, Err(e)) => return Some(Err(bad_path(e))),
         };
-        let out = match join(&frame.out) {
-            Ok(p) => p,
-            Err(e) => return Some(Err(bad_path(e))),
-        };
-        if is_partial_name(name) {
+        if is_partial_name(&name) {
             return Some(Err(ScanError::Special {
-                root,
+                root: root.clone(),
                 path: src.into_string(),
                 kind: "a sluice partial file",
             }));
         }
+        Some(Ok(Named {
+            name,
+            src,
+            out,
+            dir_label,
+        }))
+    }
+
+    /// Stats `named` in the top frame's directory (reopened by path if it was closed to
+    /// bound open descriptors) without following a link, and reads a link's target.
+    fn stat_in_top(&mut self, named: &Named) -> Option<Result<Stat, ScanError>> {
+        let root = &self.root_path;
+        let frame = self.stack.last_mut()?;
         if frame.dir.is_none() {
-            match self.root_dir.open_dir(dir_label.as_str()) {
+            match self.root_dir.open_dir(named.dir_label.as_str()) {
                 Ok(d) => frame.dir = Some(d),
                 Err(e) => {
-                    return Some(Err(ScanError::Fs(FsError::io(
-                        Op::Open,
-                        &root,
-                        &dir_label,
-                        e,
-                    ))))
+                    let e = FsError::io(Op::Open, root, &named.dir_label, e);
+                    return Some(Err(ScanError::Fs(e)));
                 }
             }
         }
         let dir = frame.dir.as_ref()?;
-        let meta = match dir.symlink_metadata(name) {
+        let meta = match dir.symlink_metadata(&named.name) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Some(Err(ScanError::Vanished {
-                    root,
-                    path: src.into_string(),
+                    root: root.clone(),
+                    path: named.src.as_str().to_owned(),
                 }))
             }
             Err(e) => {
-                return Some(Err(ScanError::Fs(FsError::io(
-                    Op::Stat,
-                    &root,
-                    src.as_str(),
-                    e,
-                ))))
+                let e = FsError::io(Op::Stat, root, named.src.as_str(), e);
+                return Some(Err(ScanError::Fs(e)));
             }
         };
+        let link = meta
+            .file_type()
+            .is_symlink()
+            .then(|| dir.read_link_contents(&named.name));
+        Some(Ok((meta, link)))
+    }
+
+    /// The entry of a visited name, by its type; a directory is queued for descent.
+    fn entry_of(
+        &mut self,
+        named: Named,
+        meta: &cap_std::fs::Metadata,
+        link: Option<std::io::Result<PathBuf>>,
+    ) -> Result<FileEntry, ScanError> {
+        let Named { src, out, .. } = named;
         let ft = meta.file_type();
-        let em = EntryMeta::from_cap(&meta);
+        let em = EntryMeta::from_cap(meta);
         if ft.is_file() {
-            Some(Ok(self.entry(out, FileKind::File, &em, None)))
+            Ok(self.entry(out, FileKind::File, &em, None))
         } else if ft.is_dir() {
             if !self.recursive {
-                return Some(Err(ScanError::NotRecursive {
-                    root,
+                return Err(ScanError::NotRecursive {
+                    root: self.root_path.clone(),
                     path: src.into_string(),
-                }));
+                });
             }
             self.pending = Some(Pending {
                 src: Some(src),
                 out: Some(out.clone()),
                 from_parent: true,
             });
-            Some(Ok(self.entry(out, FileKind::Dir, &em, None)))
-        } else if ft.is_symlink() {
-            let target = dir.read_link_contents(name);
-            Some(self.symlink_entry(out, src.as_str(), &em, target))
+            Ok(self.entry(out, FileKind::Dir, &em, None))
+        } else if let Some(target) = link {
+            self.symlink_entry(out, src.as_str(), &em, target)
         } else {
             let kind = if ft.is_socket() {
                 "a socket"
@@ -549,14 +577,27 @@ impl Scanner {
             } else {
                 "an unknown kind of file"
             };
-            Some(Err(ScanError::Special {
-                root,
+            Err(ScanError::Special {
+                root: self.root_path.clone(),
                 path: src.into_string(),
                 kind,
-            }))
+            })
         }
     }
 }
+
+/// A name taken from a directory being listed: the name, its path under the root and
+/// in the transfer, and the directory's label for messages.
+struct Named {
+    name: String,
+    src: RelPath,
+    out: RelPath,
+    dir_label: String,
+}
+
+/// What [`Scanner::stat_in_top`] found: the name's metadata (links not followed) and,
+/// for a symlink, the result of reading its target.
+type Stat = (cap_std::fs::Metadata, Option<std::io::Result<PathBuf>>);
 
 impl Iterator for Scanner {
     type Item = Result<FileEntry, ScanError>;
