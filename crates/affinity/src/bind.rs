@@ -115,23 +115,7 @@ pub fn bind_memory(ptr: *const u8, len: usize, nodes: &[u32]) -> Result<(), Affi
     if len == 0 {
         return Ok(());
     }
-    let mut mask: Vec<libc::c_ulong> = Vec::new();
-    if !nodes.is_empty() {
-        let allowed = allowed_nodes()?;
-        for &node in nodes {
-            if !allowed.contains(&node) {
-                return Err(AffinityError::NodeNotAvailable {
-                    node,
-                    available: crate::list(&allowed),
-                });
-            }
-            let (word, bit) = ((node / 64) as usize, node % 64);
-            if mask.len() <= word {
-                mask.resize(word + 1, 0);
-            }
-            mask[word] |= 1 << bit;
-        }
-    }
+    let mask = node_mask(nodes)?;
     let (mode, flags) = if nodes.is_empty() {
         (MPOL_DEFAULT, 0)
     } else {
@@ -172,4 +156,31 @@ pub fn bind_memory(ptr: *const u8, len: usize, nodes: &[u32]) -> Result<(), Affi
         });
     }
     Ok(())
+}
+
+/// The kernel node mask of `nodes` (bit `n` of word `n / 64`), empty for no node.
+///
+/// # Errors
+/// [`AffinityError::NodeNotAvailable`] naming the first node this process may not use,
+/// [`AffinityError::Topology`] if hwloc cannot read this machine.
+fn node_mask(nodes: &[u32]) -> Result<Vec<libc::c_ulong>, AffinityError> {
+    let mut mask: Vec<libc::c_ulong> = Vec::new();
+    if nodes.is_empty() {
+        return Ok(mask);
+    }
+    let allowed = allowed_nodes()?;
+    for &node in nodes {
+        if !allowed.contains(&node) {
+            return Err(AffinityError::NodeNotAvailable {
+                node,
+                available: crate::list(&allowed),
+            });
+        }
+        let (word, bit) = ((node / 64) as usize, node % 64);
+        if mask.len() <= word {
+            mask.resize(word + 1, 0);
+        }
+        mask[word] |= 1 << bit;
+    }
+    Ok(mask)
 }

@@ -354,6 +354,16 @@ fn page_locations_tell_nodes_apart() {
         }
     }
     if nodes.len() < 2 {
-        eprintln!("one NUMA node here: the cross-node half of this test ran vacuously");
+        skipped_part("one NUMA node here: the cross-node half of page_locations_tell_nodes_apart");
     }
+}
+
+/// Reports the part of a check this machine's hardware cannot exercise: a `SKIPPED:` line
+/// on stderr, written past the test harness's capture so that it shows. Unlike a refused
+/// capability, a second NUMA node is not something root can grant, and the CI machine has
+/// one node, so this never fails under `CI`: tests/numa-vm runs the two-node case.
+fn skipped_part(reason: &str) {
+    use std::io::Write;
+    let line = format!("SKIPPED: {reason}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }

@@ -153,6 +153,31 @@ impl JobArgs {
 
     /// Builds the planner's job for one side of a transfer.
     pub fn job(&self, side: Side) -> Result<Job> {
+        let threads = self.thread_counts(side);
+        let reserved_cpus = match &self.reserve_cores {
+            None => Vec::new(),
+            Some(list) => cpulist::parse(list).map_err(|e| {
+                bad_input(format!(
+                    "--reserve-cores {list:?} is not a CPU list such as 0,2-3: {e}"
+                ))
+            })?,
+        };
+        let placements = self.placements(&threads, side)?;
+        let chunk_bytes = parse_bytes("--chunk-size", &self.chunk_size)?;
+        let buffer_bytes = self.buffer_bytes(&threads, chunk_bytes)?;
+        Ok(Job {
+            threads,
+            nics: self.nics.clone(),
+            storage: self.storage.clone(),
+            buffer_bytes,
+            chunk_bytes,
+            reserved_cpus,
+            placements,
+        })
+    }
+
+    /// Threads per role on `side` (roles without threads left out).
+    fn thread_counts(&self, side: Side) -> Vec<(Role, u32)> {
         let mut threads = vec![(Role::Control, 1)];
         if matches!(side, Side::Send | Side::Both) {
             threads.push((Role::NetSend, self.streams));
@@ -167,14 +192,11 @@ impl JobArgs {
             threads.push((Role::Decompress, self.decompress_threads.unwrap_or(default)));
         }
         threads.retain(|(_, n)| *n > 0);
-        let reserved_cpus = match &self.reserve_cores {
-            None => Vec::new(),
-            Some(list) => cpulist::parse(list).map_err(|e| {
-                bad_input(format!(
-                    "--reserve-cores {list:?} is not a CPU list such as 0,2-3: {e}"
-                ))
-            })?,
-        };
+        threads
+    }
+
+    /// The `--place` placements, each for a role the job runs.
+    fn placements(&self, threads: &[(Role, u32)], side: Side) -> Result<Vec<ManualPlacement>> {
         let mut placements = Vec::with_capacity(self.place.len());
         for spec in &self.place {
             let placement: ManualPlacement = spec.parse().map_err(bad_input)?;
@@ -188,24 +210,13 @@ impl JobArgs {
             }
             placements.push(placement);
         }
-        let chunk_bytes = parse_bytes("--chunk-size", &self.chunk_size)?;
-        let buffer_bytes = if self.buffer_mem.trim() == "auto" {
-            let data_threads: u64 = threads
-                .iter()
-                .filter(|(role, _)| *role != Role::Control)
-                .map(|(_, n)| u64::from(*n))
-                .sum();
-            // Each io-read thread also holds the slots its reads in flight land in.
-            let reading: u64 = threads
-                .iter()
-                .filter(|(role, _)| *role == Role::IoRead)
-                .map(|(_, n)| u64::from(*n) * u64::from(self.read_depth.max(1) - 1))
-                .sum();
-            (AUTO_SLOTS_PER_THREAD * data_threads + reading)
-                .max(AUTO_MIN_SLOTS)
-                .saturating_mul(chunk_bytes)
-        } else {
-            parse_size::Config::new()
+        Ok(placements)
+    }
+
+    /// `--buffer-mem`: a size, or `auto`, sized by the job's data threads.
+    fn buffer_bytes(&self, threads: &[(Role, u32)], chunk_bytes: u64) -> Result<u64> {
+        if self.buffer_mem.trim() != "auto" {
+            return parse_size::Config::new()
                 .with_binary()
                 .parse_size(&self.buffer_mem)
                 .map_err(|e| {
@@ -214,17 +225,22 @@ impl JobArgs {
                          256MiB, 1GiB)",
                         self.buffer_mem
                     ))
-                })?
-        };
-        Ok(Job {
-            threads,
-            nics: self.nics.clone(),
-            storage: self.storage.clone(),
-            buffer_bytes,
-            chunk_bytes,
-            reserved_cpus,
-            placements,
-        })
+                });
+        }
+        let data_threads: u64 = threads
+            .iter()
+            .filter(|(role, _)| *role != Role::Control)
+            .map(|(_, n)| u64::from(*n))
+            .sum();
+        // Each io-read thread also holds the slots its reads in flight land in.
+        let reading: u64 = threads
+            .iter()
+            .filter(|(role, _)| *role == Role::IoRead)
+            .map(|(_, n)| u64::from(*n) * u64::from(self.read_depth.max(1) - 1))
+            .sum();
+        Ok((AUTO_SLOTS_PER_THREAD * data_threads + reading)
+            .max(AUTO_MIN_SLOTS)
+            .saturating_mul(chunk_bytes))
     }
 
     /// Plans the job on a machine; planner errors are bad input (exit 2).

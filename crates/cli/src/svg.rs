@@ -12,7 +12,7 @@
 //! ([`text_w`]) and every box is sized from the longest text it holds.
 
 use sluice_placement::{Plan, Role};
-use sluice_topology::{cpulist, Machine, Node};
+use sluice_topology::{cpulist, Core, Machine, Node};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -321,8 +321,51 @@ pub fn render(machine: &Machine, plan: Option<&Plan>) -> String {
         .map(|n| NodeText::new(machine, n, placed.as_ref()))
         .collect();
     let layout = Layout::new(machine, &texts);
+    let mut body = String::new();
+    let drawn = draw_packages(&mut body, machine, &texts, &layout, placed.as_ref());
+    let mut width = drawn.width;
 
-    // Group nodes by package; nodes outside any package form their own group.
+    // Below the drawing: legend, what is not placed on a node, notes. Long lines wrap.
+    let mut fy = drawn.bottom + 28;
+    if let Some(p) = &placed {
+        width = width.max(draw_legend(&mut body, p, fy) + MARGIN);
+        fy += 24;
+    }
+    let footer = footer_lines(machine, placed.as_ref());
+    let title = match plan {
+        Some(p) => format!(
+            "sluice plan — policy {} on {} ({} channel{}, {} MiB buffers)",
+            p.policy,
+            machine.source,
+            p.channels.len(),
+            if p.channels.len() == 1 { "" } else { "s" },
+            p.buffer_bytes() >> 20
+        ),
+        None => format!("sluice topo — {}", machine.source),
+    };
+    width = width.max(text_w(&title, 17) + 2 * MARGIN).max(640);
+    let fy = draw_footer(&mut body, &footer, width, fy);
+    format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" viewBox="0 0 {width} {h}" font-family="DejaVu Sans, Verdana, sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{MARGIN}" y="30" font-size="16" font-weight="bold">{}</text>
+{body}</svg>
+"##,
+        esc(&title),
+        h = fy + 4
+    )
+}
+
+/// Where the packages ended: the bottom of their last row, and the right edge of the
+/// widest row plus the margin.
+struct Extent {
+    bottom: u32,
+    width: u32,
+}
+
+/// The machine's nodes grouped by package, in node order; nodes outside any package
+/// form their own group.
+fn package_groups(machine: &Machine) -> Vec<(Option<u32>, Vec<usize>)> {
     let mut groups: Vec<(Option<u32>, Vec<usize>)> = Vec::new();
     for (i, node) in machine.nodes.iter().enumerate() {
         match groups.iter_mut().find(|(p, _)| *p == node.package) {
@@ -330,24 +373,23 @@ pub fn render(machine: &Machine, plan: Option<&Plan>) -> String {
             None => groups.push((node.package, vec![i])),
         }
     }
+    groups
+}
 
-    let mut body = String::new();
+/// Draws every package with its nodes, left to right, wrapping into rows.
+fn draw_packages(
+    body: &mut String,
+    machine: &Machine,
+    texts: &[NodeText],
+    layout: &Layout,
+    placed: Option<&Placed<'_>>,
+) -> Extent {
     let top = 48u32;
     let (mut x, mut y, mut row_h, mut width) = (MARGIN, top, 0u32, 0u32);
-    for (pkg, nodes) in &groups {
+    for (pkg, nodes) in &package_groups(machine) {
         let cols = u32_of(nodes.len().clamp(1, NODE_COLS_MAX));
         let rows = u32_of(nodes.len().div_ceil(NODE_COLS_MAX).max(1));
-        let mut label = pkg.map_or_else(|| "no package".to_string(), |p| format!("Package {p}"));
-        let spanning = placed.as_ref().and_then(|p| p.spanning_by_package.get(pkg));
-        for span in spanning.into_iter().flatten() {
-            let _ = write!(
-                label,
-                " · channel {}: buffer {} MiB on nodes {}",
-                span.channel,
-                span.bytes >> 20,
-                cpulist::format(&span.nodes)
-            );
-        }
+        let label = package_label(*pkg, placed);
         let pkg_w = (cols * (layout.node_w + GAP) + GAP).max(text_w(&label, 13) + 2 * GAP);
         let pkg_h = PKG_HEAD + rows * (layout.node_h + GAP);
         if x > MARGIN && x + pkg_w > MARGIN + ROW_W_MAX {
@@ -370,39 +412,56 @@ pub fn render(machine: &Machine, plan: Option<&Plan>) -> String {
             let k = u32_of(k);
             let nx = x + GAP + (k % cols) * (layout.node_w + GAP);
             let ny = y + PKG_HEAD + (k / cols) * (layout.node_h + GAP);
-            draw_node(
-                &mut body,
-                &machine.nodes[i],
-                &texts[i],
-                nx,
-                ny,
-                &layout,
-                placed.as_ref(),
-            );
+            draw_node(body, &machine.nodes[i], &texts[i], (nx, ny), layout, placed);
         }
         width = width.max(x + pkg_w + MARGIN);
         row_h = row_h.max(pkg_h);
         x += pkg_w + 16;
     }
+    Extent {
+        bottom: y + row_h,
+        width,
+    }
+}
 
-    // Below the drawing: legend, what is not placed on a node, notes. Long lines wrap.
+/// `Package 1`, with the buffers of the channels that span its nodes (`smts`).
+fn package_label(pkg: Option<u32>, placed: Option<&Placed<'_>>) -> String {
+    let mut label = pkg.map_or_else(|| "no package".to_string(), |p| format!("Package {p}"));
+    let spanning = placed.and_then(|p| p.spanning_by_package.get(&pkg));
+    for span in spanning.into_iter().flatten() {
+        let _ = write!(
+            label,
+            " · channel {}: buffer {} MiB on nodes {}",
+            span.channel,
+            span.bytes >> 20,
+            cpulist::format(&span.nodes)
+        );
+    }
+    label
+}
+
+/// The legend of the plan's roles on the line at `fy`; returns where it ends.
+fn draw_legend(body: &mut String, placed: &Placed<'_>, fy: u32) -> u32 {
+    let mut lx = MARGIN;
+    for role in &placed.roles {
+        let _ = writeln!(
+            body,
+            r##"<rect x="{lx}" y="{}" width="14" height="14" fill="{}" stroke="#333"/><text x="{}" y="{fy}">{}</text>"##,
+            fy - 11,
+            role_color(*role),
+            lx + 18,
+            role
+        );
+        lx += 18 + text_w(role.as_str(), 12) + 18;
+    }
+    lx
+}
+
+/// The lines below the drawing, with their colours: what the plan leaves unbound,
+/// devices without locality, the plan's notes.
+fn footer_lines(machine: &Machine, placed: Option<&Placed<'_>>) -> Vec<(String, &'static str)> {
     let mut footer: Vec<(String, &'static str)> = Vec::new();
-    let mut fy = y + row_h + 28;
-    if let Some(p) = &placed {
-        let mut lx = MARGIN;
-        for role in &p.roles {
-            let _ = writeln!(
-                body,
-                r##"<rect x="{lx}" y="{}" width="14" height="14" fill="{}" stroke="#333"/><text x="{}" y="{fy}">{}</text>"##,
-                fy - 11,
-                role_color(*role),
-                lx + 18,
-                role
-            );
-            lx += 18 + text_w(role.as_str(), 12) + 18;
-        }
-        width = width.max(lx + MARGIN);
-        fy += 24;
+    if let Some(p) = placed {
         if !p.unbound.is_empty() {
             let names: Vec<String> = p.unbound.iter().map(|(r, i)| format!("{r} {i}")).collect();
             footer.push((
@@ -442,25 +501,18 @@ pub fn render(machine: &Machine, plan: Option<&Plan>) -> String {
             "#444",
         ));
     }
-    if let Some(p) = &placed {
+    if let Some(p) = placed {
         for note in &p.plan.notes {
             footer.push((format!("note: {note}"), "#444"));
         }
     }
-    let title = match plan {
-        Some(p) => format!(
-            "sluice plan — policy {} on {} ({} channel{}, {} MiB buffers)",
-            p.policy,
-            machine.source,
-            p.channels.len(),
-            if p.channels.len() == 1 { "" } else { "s" },
-            p.buffer_bytes() >> 20
-        ),
-        None => format!("sluice topo — {}", machine.source),
-    };
-    width = width.max(text_w(&title, 17) + 2 * MARGIN).max(640);
+    footer
+}
+
+/// Writes `footer` from `fy` down, wrapped to `width`; returns the line after the last.
+fn draw_footer(body: &mut String, footer: &[(String, &str)], width: u32, mut fy: u32) -> u32 {
     let chars_per_line = usize::try_from((width - 2 * MARGIN) * 100 / (12 * 62)).unwrap_or(80);
-    for (text, color) in &footer {
+    for (text, color) in footer {
         for (i, line) in wrap(text, chars_per_line).iter().enumerate() {
             let lx = if i == 0 { MARGIN } else { MARGIN + 16 };
             let _ = writeln!(
@@ -471,23 +523,15 @@ pub fn render(machine: &Machine, plan: Option<&Plan>) -> String {
             fy += LINE_H + 2;
         }
     }
-    format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" viewBox="0 0 {width} {h}" font-family="DejaVu Sans, Verdana, sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{MARGIN}" y="30" font-size="16" font-weight="bold">{}</text>
-{body}</svg>
-"##,
-        esc(&title),
-        h = fy + 4
-    )
+    fy
 }
 
+/// Draws one node's box at `(x, y)`: its title lines, its cores, its devices.
 fn draw_node(
     body: &mut String,
     node: &Node,
     text: &NodeText,
-    x: u32,
-    y: u32,
+    (x, y): (u32, u32),
     layout: &Layout,
     placed: Option<&Placed<'_>>,
 ) {
@@ -522,7 +566,6 @@ fn draw_node(
             esc(buffer)
         );
     }
-    let label_chars = usize::try_from((core_w - GAP) / 6).unwrap_or(12);
     let mut grid_bottom = y + head_h;
     for (i, core) in node.cores.iter().enumerate() {
         let i = u32_of(i);
@@ -531,48 +574,7 @@ fn draw_node(
         let cy = y + head_h + (i / cols) * (CORE_H + GAP);
         grid_bottom = grid_bottom.max(cy + CORE_H + GAP);
         let threads = placed.map(|p| p.threads_on(&core.pus)).unwrap_or_default();
-        let fill = if threads.is_empty() {
-            "#ffffff"
-        } else {
-            "#fffdf5"
-        };
-        let _ = writeln!(
-            body,
-            r##"<rect x="{cx}" y="{cy}" width="{core_w}" height="{CORE_H}" fill="{fill}" stroke="#333"/>"##
-        );
-        let _ = writeln!(
-            body,
-            r#"<text x="{}" y="{}" font-size="11" font-weight="bold">core {}</text><text x="{}" y="{}" font-size="10">PU {}</text>"#,
-            cx + 4,
-            cy + 13,
-            core.index,
-            cx + 4,
-            cy + 25,
-            esc(&cpulist::format(&core.pus))
-        );
-        let names: Vec<String> = threads.iter().map(|(r, i)| short(*r, *i)).collect();
-        for (line, text) in fit_lines(&names, label_chars, 2).iter().enumerate() {
-            let _ = writeln!(
-                body,
-                r#"<text x="{}" y="{}" font-size="10">{}</text>"#,
-                cx + 4,
-                cy + 38 + u32_of(line) * 12,
-                esc(text)
-            );
-        }
-        // One segment per thread, in its role's colour.
-        let n = u32_of(threads.len());
-        for (k, (role, _)) in threads.iter().enumerate() {
-            let k = u32_of(k);
-            let sx = cx + 1 + k * (core_w - 2) / n;
-            let sw = (k + 1) * (core_w - 2) / n - k * (core_w - 2) / n;
-            let _ = writeln!(
-                body,
-                r#"<rect x="{sx}" y="{}" width="{sw}" height="{STRIPE_H}" fill="{}"/>"#,
-                cy + CORE_H - STRIPE_H - 1,
-                role_color(*role)
-            );
-        }
+        draw_core(body, core, &threads, (cx, cy), core_w);
     }
     let mut dy = grid_bottom + 12;
     for (color, device) in &text.devices {
@@ -582,6 +584,59 @@ fn draw_node(
             esc(device)
         );
         dy += LINE_H;
+    }
+}
+
+/// Draws one core's box at `(cx, cy)`: its name and PUs, the names of the `threads`
+/// bound to it, and one segment per thread in its role's colour.
+fn draw_core(
+    body: &mut String,
+    core: &Core,
+    threads: &[(Role, u32)],
+    (cx, cy): (u32, u32),
+    core_w: u32,
+) {
+    let fill = if threads.is_empty() {
+        "#ffffff"
+    } else {
+        "#fffdf5"
+    };
+    let _ = writeln!(
+        body,
+        r##"<rect x="{cx}" y="{cy}" width="{core_w}" height="{CORE_H}" fill="{fill}" stroke="#333"/>"##
+    );
+    let _ = writeln!(
+        body,
+        r#"<text x="{}" y="{}" font-size="11" font-weight="bold">core {}</text><text x="{}" y="{}" font-size="10">PU {}</text>"#,
+        cx + 4,
+        cy + 13,
+        core.index,
+        cx + 4,
+        cy + 25,
+        esc(&cpulist::format(&core.pus))
+    );
+    let label_chars = usize::try_from((core_w - GAP) / 6).unwrap_or(12);
+    let names: Vec<String> = threads.iter().map(|(r, i)| short(*r, *i)).collect();
+    for (line, text) in fit_lines(&names, label_chars, 2).iter().enumerate() {
+        let _ = writeln!(
+            body,
+            r#"<text x="{}" y="{}" font-size="10">{}</text>"#,
+            cx + 4,
+            cy + 38 + u32_of(line) * 12,
+            esc(text)
+        );
+    }
+    let n = u32_of(threads.len());
+    for (k, (role, _)) in threads.iter().enumerate() {
+        let k = u32_of(k);
+        let sx = cx + 1 + k * (core_w - 2) / n;
+        let sw = (k + 1) * (core_w - 2) / n - k * (core_w - 2) / n;
+        let _ = writeln!(
+            body,
+            r#"<rect x="{sx}" y="{}" width="{sw}" height="{STRIPE_H}" fill="{}"/>"#,
+            cy + CORE_H - STRIPE_H - 1,
+            role_color(*role)
+        );
     }
 }
 

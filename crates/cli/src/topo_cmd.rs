@@ -4,7 +4,7 @@ use crate::exit::{bad_input, ExitCode};
 use crate::{output, svg};
 use anyhow::{Context, Result};
 use clap::Args;
-use sluice_topology::{cpulist, discover, Machine, TopologySource};
+use sluice_topology::{cpulist, discover, Machine, Node, TopologySource};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -65,64 +65,81 @@ pub fn human(m: &Machine) -> String {
         cpulist::format(&m.allowed_cpus)
     );
     for node in &m.nodes {
-        let pkg = node
-            .package
-            .map_or_else(|| "-".to_string(), |p| p.to_string());
-        let _ = writeln!(
-            out,
-            "node {} (package {}): cpus {}  cores {}  memory {}",
-            node.os_index,
-            pkg,
-            if node.cpus.is_empty() {
-                "none".to_string()
-            } else {
-                cpulist::format(&node.cpus)
-            },
-            node.cores.len(),
-            gib(node.memory_bytes)
-        );
-        for nic in m.nics.iter().filter(|n| n.numa_node == Some(node.os_index)) {
-            let _ = writeln!(out, "  nic  {}", nic_line(nic));
-        }
-        for disk in m
-            .block_devices
-            .iter()
-            .filter(|d| d.numa_node == Some(node.os_index))
-        {
-            let _ = writeln!(out, "  disk {}", disk_line(disk));
-        }
+        node_block(m, node, &mut out);
     }
+    unlocated_devices(m, &mut out);
+    distances(m, &mut out);
+    out
+}
+
+/// A node's line, then one line per NIC and disk attached to it.
+fn node_block(m: &Machine, node: &Node, out: &mut String) {
+    let pkg = node
+        .package
+        .map_or_else(|| "-".to_string(), |p| p.to_string());
+    let _ = writeln!(
+        out,
+        "node {} (package {}): cpus {}  cores {}  memory {}",
+        node.os_index,
+        pkg,
+        if node.cpus.is_empty() {
+            "none".to_string()
+        } else {
+            cpulist::format(&node.cpus)
+        },
+        node.cores.len(),
+        gib(node.memory_bytes)
+    );
+    for nic in m.nics.iter().filter(|n| n.numa_node == Some(node.os_index)) {
+        let _ = writeln!(out, "  nic  {}", nic_line(nic));
+    }
+    for disk in m
+        .block_devices
+        .iter()
+        .filter(|d| d.numa_node == Some(node.os_index))
+    {
+        let _ = writeln!(out, "  disk {}", disk_line(disk));
+    }
+}
+
+/// NICs and disks whose NUMA node is unknown, if any.
+fn unlocated_devices(m: &Machine, out: &mut String) {
     let unlocated_nics: Vec<_> = m.nics.iter().filter(|n| n.numa_node.is_none()).collect();
     let unlocated_disks: Vec<_> = m
         .block_devices
         .iter()
         .filter(|d| d.numa_node.is_none())
         .collect();
-    if !unlocated_nics.is_empty() || !unlocated_disks.is_empty() {
-        let _ = writeln!(out, "devices without NUMA locality:");
-        for nic in unlocated_nics {
-            let _ = writeln!(out, "  nic  {}", nic_line(nic));
-        }
-        for disk in unlocated_disks {
-            let _ = writeln!(out, "  disk {}", disk_line(disk));
-        }
+    if unlocated_nics.is_empty() && unlocated_disks.is_empty() {
+        return;
     }
-    if m.nodes.iter().any(|n| !n.distances.is_empty()) {
-        let _ = writeln!(out, "node distances:");
-        let _ = write!(out, "node ");
-        for n in &m.nodes {
-            let _ = write!(out, "{:>4}", n.os_index);
+    let _ = writeln!(out, "devices without NUMA locality:");
+    for nic in unlocated_nics {
+        let _ = writeln!(out, "  nic  {}", nic_line(nic));
+    }
+    for disk in unlocated_disks {
+        let _ = writeln!(out, "  disk {}", disk_line(disk));
+    }
+}
+
+/// The node distance matrix, when the source gives one.
+fn distances(m: &Machine, out: &mut String) {
+    if m.nodes.iter().all(|n| n.distances.is_empty()) {
+        return;
+    }
+    let _ = writeln!(out, "node distances:");
+    let _ = write!(out, "node ");
+    for n in &m.nodes {
+        let _ = write!(out, "{:>4}", n.os_index);
+    }
+    let _ = writeln!(out);
+    for n in &m.nodes {
+        let _ = write!(out, "{:>3}: ", n.os_index);
+        for d in &n.distances {
+            let _ = write!(out, "{d:>4}");
         }
         let _ = writeln!(out);
-        for n in &m.nodes {
-            let _ = write!(out, "{:>3}: ", n.os_index);
-            for d in &n.distances {
-                let _ = write!(out, "{d:>4}");
-            }
-            let _ = writeln!(out);
-        }
     }
-    out
 }
 
 fn nic_line(nic: &sluice_topology::Nic) -> String {

@@ -2207,15 +2207,28 @@ fn regression_pull_failed_when_data_followed_the_joined_answer_at_once() {
 // A full disk on the receiver
 // ---------------------------------------------------------------------------------------
 
+/// Reports a check that cannot run here: a `SKIPPED:` line on stderr, written past the
+/// test harness's capture so that it shows, or, where `CI` is set (CI runs as root, so
+/// nothing may be refused), a failure.
+fn skip(reason: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI is set, so this check must run: {reason}"
+    );
+    let line = format!("SKIPPED: {reason}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
 /// A 4 MiB tmpfs mounted for the test and unmounted when dropped.
 struct SmallTmpfs {
     dir: tempfile::TempDir,
 }
 
 impl SmallTmpfs {
-    /// `None` (with the reason printed) where mounting is not allowed.
+    /// `None` (with the test reported skipped, see [`skip`]) where mounting is not
+    /// allowed.
     fn mount() -> Option<SmallTmpfs> {
-        let dir = tempfile::tempdir().ok()?;
+        let dir = tempfile::tempdir().expect("tempdir");
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
             .arg(dir.path())
@@ -2223,14 +2236,14 @@ impl SmallTmpfs {
         match out {
             Ok(o) if o.status.success() => Some(SmallTmpfs { dir }),
             Ok(o) => {
-                eprintln!(
-                    "skipped: cannot mount a tmpfs (needs root): {}",
+                skip(&format!(
+                    "cannot mount a tmpfs (needs root): {}",
                     String::from_utf8_lossy(&o.stderr).trim()
-                );
+                ));
                 None
             }
             Err(e) => {
-                eprintln!("skipped: cannot run mount: {e}");
+                skip(&format!("cannot run mount: {e}"));
                 None
             }
         }

@@ -1,48 +1,74 @@
-//! Test-only fault injection, for the integration tests of the retry paths; never set it
-//! in production. `SLUICE_FAULT_CORRUPT_CHUNK=N` (read once per process) corrupts the
-//! N-th chunk (1-based) this process sends, after its checksum was computed, so that the
-//! receiver rejects it and asks for it again. Only that one send is corrupted.
+//! Fault injection for the integration tests of the retry paths, compiled only with the
+//! `fault-injection` cargo feature (the cli's tests enable it through a dev-dependency;
+//! `cargo build --release` does not). Without the feature both functions are inline
+//! no-ops and the environment variable below is never read.
+//!
+//! With it, `SLUICE_FAULT_CORRUPT_CHUNK=N` (read once per process) corrupts the N-th chunk
+//! (1-based) this process sends, after its checksum was computed, so that the receiver
+//! rejects it and asks for it again. Only that one send is corrupted.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+#[cfg(feature = "fault-injection")]
+mod injected {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
 
-static CHOSEN: OnceLock<Option<u64>> = OnceLock::new();
-static SENT: AtomicU64 = AtomicU64::new(0);
+    static CHOSEN: OnceLock<Option<u64>> = OnceLock::new();
+    static SENT: AtomicU64 = AtomicU64::new(0);
 
-/// Whether the chunk about to go out is the one to corrupt (counts it).
-fn this_one() -> bool {
-    let chosen = CHOSEN.get_or_init(|| {
-        std::env::var("SLUICE_FAULT_CORRUPT_CHUNK")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    });
-    let Some(n) = *chosen else { return false };
-    let hit = SENT.fetch_add(1, Ordering::Relaxed) + 1 == n;
-    if hit {
-        tracing::warn!("SLUICE_FAULT_CORRUPT_CHUNK: corrupting chunk {n} (test only)");
+    /// The byte pattern a corrupted chunk's first byte is XORed with.
+    pub(super) const FLIP: u8 = 0x5a;
+
+    /// Whether the chunk about to go out is the one to corrupt (counts it).
+    pub(super) fn this_one() -> bool {
+        let chosen = CHOSEN.get_or_init(|| {
+            std::env::var("SLUICE_FAULT_CORRUPT_CHUNK")
+                .ok()
+                .and_then(|v| v.parse().ok())
+        });
+        let Some(n) = *chosen else { return false };
+        let hit = SENT.fetch_add(1, Ordering::Relaxed) + 1 == n;
+        if hit {
+            tracing::warn!("SLUICE_FAULT_CORRUPT_CHUNK: corrupting chunk {n} (test only)");
+        }
+        hit
     }
-    hit
 }
 
 /// Flips a byte of `payload` if it is the chosen chunk; a file source's resend is a new
 /// read, so the slot may stay corrupted.
+#[cfg(feature = "fault-injection")]
 pub(crate) fn corrupt_if_chosen(payload: &mut [u8]) {
-    if !payload.is_empty() && this_one() {
-        payload[0] ^= 0x5a;
+    if !payload.is_empty() && injected::this_one() {
+        payload[0] ^= injected::FLIP;
     }
 }
 
 /// Sends `payload` with `send`, corrupted on the way if it is the chosen chunk: the byte
 /// is flipped back afterwards, as if the damage happened on the wire, so that a stream
 /// source can send the record again from the same slot.
+#[cfg(feature = "fault-injection")]
 pub(crate) fn send_maybe_corrupted<T>(payload: &mut [u8], send: impl FnOnce(&[u8]) -> T) -> T {
-    let hit = !payload.is_empty() && this_one();
+    let hit = !payload.is_empty() && injected::this_one();
     if hit {
-        payload[0] ^= 0x5a;
+        payload[0] ^= injected::FLIP;
     }
     let result = send(payload);
     if hit {
-        payload[0] ^= 0x5a;
+        payload[0] ^= injected::FLIP;
     }
     result
+}
+
+/// Without `fault-injection`: leaves `payload` as it is.
+#[cfg(not(feature = "fault-injection"))]
+#[inline]
+pub(crate) fn corrupt_if_chosen(payload: &mut [u8]) {
+    let _ = payload;
+}
+
+/// Without `fault-injection`: sends `payload` unchanged.
+#[cfg(not(feature = "fault-injection"))]
+#[inline]
+pub(crate) fn send_maybe_corrupted<T>(payload: &mut [u8], send: impl FnOnce(&[u8]) -> T) -> T {
+    send(payload)
 }

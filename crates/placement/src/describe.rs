@@ -1,7 +1,7 @@
 //! A compact human table of a plan, for `sluice plan` without `--json`.
 
 use crate::cpulist::format_cpulist;
-use crate::types::{Plan, Role};
+use crate::types::{Channel, Plan, Role, ThreadPlan};
 use std::fmt::Write as _;
 
 const MIB: u64 = 1 << 20;
@@ -31,6 +31,29 @@ const MIB: u64 = 1 << 20;
 /// assert!(table.contains("io-read"));
 /// ```
 pub fn describe(plan: &Plan) -> String {
+    let mut out = header(plan);
+    let mut rows: Vec<Row> = vec![[
+        "channel".into(),
+        "node".into(),
+        "package".into(),
+        "nics".into(),
+        "buffer MiB".into(),
+        "role".into(),
+        "threads".into(),
+        "cpus".into(),
+    ]];
+    for channel in &plan.channels {
+        channel_rows(channel, &mut rows);
+    }
+    write_table(&rows, &mut out);
+    out
+}
+
+/// One row of the table: the channel's five columns, then role, threads and CPUs.
+type Row = [String; 8];
+
+/// The first line: policy, channels, threads and buffer.
+fn header(plan: &Plan) -> String {
     let mut out = String::new();
     let threads = plan.channels.iter().map(|c| c.threads.len()).sum::<usize>();
     let requested = if plan.requested_policy == plan.policy {
@@ -48,91 +71,85 @@ pub fn describe(plan: &Plan) -> String {
         bytes(plan.buffer_bytes()),
         bytes(plan.chunk_bytes),
     );
+    out
+}
 
-    let mut rows: Vec<[String; 8]> = vec![[
-        "channel".into(),
-        "node".into(),
-        "package".into(),
-        "nics".into(),
-        "buffer MiB".into(),
-        "role".into(),
-        "threads".into(),
-        "cpus".into(),
-    ]];
-    for channel in &plan.channels {
-        let node = match channel.numa_node {
-            None => "-".to_string(),
-            Some(n) if channel.nodes.len() > 1 => {
-                format!("{n} [{}]", format_cpulist(&channel.nodes))
-            }
-            Some(n) => n.to_string(),
-        };
-        let mut head = [
-            channel.id.to_string(),
-            node,
-            channel
-                .package
-                .map_or_else(|| "-".to_string(), |p| p.to_string()),
-            if channel.nics.is_empty() {
-                "-".to_string()
-            } else {
-                channel.nics.join(",")
-            },
-            mib(channel.buffer_bytes),
-        ];
-        let mut first = true;
-        for role in Role::ALL {
-            let of_role: Vec<_> = channel.threads.iter().filter(|t| t.role == role).collect();
-            if of_role.is_empty() {
-                continue;
-            }
-            let mut cpus: Vec<u32> = Vec::new();
-            let mut unbound = 0;
-            for t in &of_role {
-                match &t.cpus {
-                    Some(c) => cpus.extend(c),
-                    None => unbound += 1,
-                }
-            }
-            let mut where_ = match (cpus.is_empty(), unbound) {
-                (true, _) => "unbound".to_string(),
-                (false, 0) => format_cpulist(&cpus),
-                (false, n) => format!("{} + {n} unbound", format_cpulist(&cpus)),
-            };
-            if of_role.iter().any(|t| t.manual) {
-                where_.push_str(" (manual)");
-            }
-            let lead = if first {
-                std::mem::take(&mut head)
-            } else {
-                Default::default()
-            };
-            first = false;
-            let [a, b, c, d, e] = lead;
-            rows.push([
-                a,
-                b,
-                c,
-                d,
-                e,
-                role.to_string(),
-                of_role.len().to_string(),
-                where_,
-            ]);
+/// One row per role of `channel` (the channel's columns filled on the first only), or
+/// one row saying it has no thread.
+fn channel_rows(channel: &Channel, rows: &mut Vec<Row>) {
+    let node = match channel.numa_node {
+        None => "-".to_string(),
+        Some(n) if channel.nodes.len() > 1 => {
+            format!("{n} [{}]", format_cpulist(&channel.nodes))
         }
-        if first {
-            let [a, b, c, d, e] = head;
-            rows.push([a, b, c, d, e, "-".into(), "0".into(), "-".into()]);
+        Some(n) => n.to_string(),
+    };
+    let mut head = [
+        channel.id.to_string(),
+        node,
+        channel
+            .package
+            .map_or_else(|| "-".to_string(), |p| p.to_string()),
+        if channel.nics.is_empty() {
+            "-".to_string()
+        } else {
+            channel.nics.join(",")
+        },
+        mib(channel.buffer_bytes),
+    ];
+    let mut first = true;
+    for role in Role::ALL {
+        let of_role: Vec<_> = channel.threads.iter().filter(|t| t.role == role).collect();
+        if of_role.is_empty() {
+            continue;
+        }
+        let lead = if first {
+            std::mem::take(&mut head)
+        } else {
+            Default::default()
+        };
+        first = false;
+        let [a, b, c, d, e] = lead;
+        let count = of_role.len().to_string();
+        rows.push([a, b, c, d, e, role.to_string(), count, cpus_cell(&of_role)]);
+    }
+    if first {
+        let [a, b, c, d, e] = head;
+        rows.push([a, b, c, d, e, "-".into(), "0".into(), "-".into()]);
+    }
+}
+
+/// Where threads of one role run: a CPU list, `unbound`, or both; `(manual)` when
+/// placed by `--place`.
+fn cpus_cell(of_role: &[&ThreadPlan]) -> String {
+    let mut cpus: Vec<u32> = Vec::new();
+    let mut unbound = 0;
+    for t in of_role {
+        match &t.cpus {
+            Some(c) => cpus.extend(c),
+            None => unbound += 1,
         }
     }
+    let mut cell = match (cpus.is_empty(), unbound) {
+        (true, _) => "unbound".to_string(),
+        (false, 0) => format_cpulist(&cpus),
+        (false, n) => format!("{} + {n} unbound", format_cpulist(&cpus)),
+    };
+    if of_role.iter().any(|t| t.manual) {
+        cell.push_str(" (manual)");
+    }
+    cell
+}
 
+/// `rows` in left-aligned columns, trailing spaces trimmed.
+fn write_table(rows: &[Row], out: &mut String) {
     let mut widths = [0usize; 8];
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    for row in &rows {
+    for row in rows {
         let mut line = String::new();
         for (i, cell) in row.iter().enumerate() {
             if i + 1 == row.len() {
@@ -144,7 +161,6 @@ pub fn describe(plan: &Plan) -> String {
         out.push_str(line.trim_end());
         out.push('\n');
     }
-    out
 }
 
 /// Bytes as MiB with one decimal.

@@ -148,73 +148,26 @@ fn read_xml(path: &Path) -> Result<String, TopologyError> {
 /// Copies the topology into a [`Machine`].
 fn extract(topology: &Topology, source: &TopologySource) -> Result<Machine, TopologyError> {
     let source_name = source.to_string();
-    let unusable = |reason: String| TopologyError::Unusable {
+    let unusable = |reason: &str| TopologyError::Unusable {
         source_name: source_name.clone(),
-        reason,
+        reason: reason.to_string(),
     };
     let is_this = matches!(source, TopologySource::This);
 
     let allowed = allowed_cpuset(topology, is_this);
     let allowed_cpus = cpus_in(&allowed, &allowed);
     if allowed_cpus.is_empty() {
-        return Err(unusable("no PU is allowed".to_string()));
+        return Err(unusable("no PU is allowed"));
     }
-
     let mut packages: Vec<(u32, &TopologyObject)> = topology
         .objects_with_type(ObjectType::Package)
         .map(|p| (package_index(p), p))
         .collect();
     packages.sort_by_key(|(index, _)| *index);
+    let numa = numa_nodes(topology).map_err(unusable)?;
 
-    let mut numa: Vec<(u32, &TopologyObject)> = Vec::new();
-    for node in topology.objects_with_type(ObjectType::NUMANode) {
-        let os_index = os_index_u32(node)
-            .ok_or_else(|| unusable("a NUMA node has no OS index".to_string()))?;
-        numa.push((os_index, node));
-    }
-    numa.sort_by_key(|(index, _)| *index);
-    if numa.is_empty() {
-        return Err(unusable("it has no NUMA node".to_string()));
-    }
-
-    let core_objects: Vec<&TopologyObject> = {
-        let cores: Vec<_> = topology.objects_with_type(ObjectType::Core).collect();
-        if cores.is_empty() {
-            // Some synthetic or XML topologies have no Core level: each PU is a core.
-            topology.objects_with_type(ObjectType::PU).collect()
-        } else {
-            cores
-        }
-    };
-
-    let node_indexes: Vec<u32> = numa.iter().map(|(index, _)| *index).collect();
     let sysfs = is_this.then(Sysfs::system);
-    let mut rows = node_distances(topology, &node_indexes, sysfs.as_ref()).into_iter();
-    let mut nodes = Vec::with_capacity(numa.len());
-    for (os_index, node) in &numa {
-        let node_set = node.cpuset().map(|s| s.clone_target()).unwrap_or_default();
-        let cores = core_objects
-            .iter()
-            .filter(|core| {
-                core.cpuset()
-                    .is_some_and(|c| !c.is_empty() && node_set.includes(&*c))
-            })
-            .filter_map(|core| {
-                let pus = cpus_in(&*core.cpuset()?, &allowed);
-                let index = u32::try_from(core.logical_index()).ok()?;
-                (!pus.is_empty()).then_some(Core { index, pus })
-            })
-            .collect();
-        nodes.push(Node {
-            os_index: *os_index,
-            package: package_of(node, &packages),
-            cpus: cpus_in(&node_set, &allowed),
-            cores,
-            memory_bytes: local_memory_bytes(node),
-            distances: rows.next().unwrap_or_default(),
-        });
-    }
-
+    let nodes = nodes_of(topology, &numa, &packages, &allowed, sysfs.as_ref());
     let packages = packages
         .iter()
         .map(|(index, pkg)| Package {
@@ -246,6 +199,68 @@ fn extract(topology: &Topology, source: &TopologySource) -> Result<Machine, Topo
         block_devices,
         allowed_cpus,
     })
+}
+
+/// The NUMA nodes by OS index, sorted; the reason why the topology is unusable when
+/// there is none or one lacks an OS index.
+fn numa_nodes(topology: &Topology) -> Result<Vec<(u32, &TopologyObject)>, &'static str> {
+    let mut numa: Vec<(u32, &TopologyObject)> = Vec::new();
+    for node in topology.objects_with_type(ObjectType::NUMANode) {
+        let os_index = os_index_u32(node).ok_or("a NUMA node has no OS index")?;
+        numa.push((os_index, node));
+    }
+    numa.sort_by_key(|(index, _)| *index);
+    if numa.is_empty() {
+        return Err("it has no NUMA node");
+    }
+    Ok(numa)
+}
+
+/// One [`Node`] per NUMA node of `numa`: its package, allowed PUs, cores (those with
+/// an allowed PU), local memory and distance row.
+fn nodes_of(
+    topology: &Topology,
+    numa: &[(u32, &TopologyObject)],
+    packages: &[(u32, &TopologyObject)],
+    allowed: &CpuSet,
+    sysfs: Option<&Sysfs>,
+) -> Vec<Node> {
+    let core_objects: Vec<&TopologyObject> = {
+        let cores: Vec<_> = topology.objects_with_type(ObjectType::Core).collect();
+        if cores.is_empty() {
+            // Some synthetic or XML topologies have no Core level: each PU is a core.
+            topology.objects_with_type(ObjectType::PU).collect()
+        } else {
+            cores
+        }
+    };
+    let node_indexes: Vec<u32> = numa.iter().map(|(index, _)| *index).collect();
+    let mut rows = node_distances(topology, &node_indexes, sysfs).into_iter();
+    let mut nodes = Vec::with_capacity(numa.len());
+    for (os_index, node) in numa {
+        let node_set = node.cpuset().map(|s| s.clone_target()).unwrap_or_default();
+        let cores = core_objects
+            .iter()
+            .filter(|core| {
+                core.cpuset()
+                    .is_some_and(|c| !c.is_empty() && node_set.includes(&*c))
+            })
+            .filter_map(|core| {
+                let pus = cpus_in(&*core.cpuset()?, allowed);
+                let index = u32::try_from(core.logical_index()).ok()?;
+                (!pus.is_empty()).then_some(Core { index, pus })
+            })
+            .collect();
+        nodes.push(Node {
+            os_index: *os_index,
+            package: package_of(node, packages),
+            cpus: cpus_in(&node_set, allowed),
+            cores,
+            memory_bytes: local_memory_bytes(node),
+            distances: rows.next().unwrap_or_default(),
+        });
+    }
+    nodes
 }
 
 /// The PUs this process may use: hwloc's allowed cpuset (cgroup), and for this machine

@@ -78,9 +78,6 @@ pub struct Chunk {
 }
 
 impl ChunkHeader {
-    /// Bytes of the header on the wire, common header included.
-    pub const ENCODED_LEN: usize = CHUNK_HEADER_BYTES;
-
     /// The header of an uncompressed, unpacked chunk of `raw`, checksum computed.
     pub fn plain(file_id: u64, offset: u64, raw: &[u8], last: bool) -> ChunkHeader {
         let raw_len = u32::try_from(raw.len()).unwrap_or(u32::MAX);
@@ -246,8 +243,18 @@ impl ChunkHeader {
                 value: 0,
             });
         }
+        h.check_consistent(frame.body_len)?;
+        Ok(h)
+    }
+
+    /// The relations between a decoded header's fields (codec flags and lengths, packed
+    /// chunks' segments, offset and `LAST`) and its frame's `body_len`.
+    fn check_consistent(&self, body_len: u32) -> Result<(), DecodeError> {
+        let h = self;
         let bad = |field, reason| Err(DecodeError::Inconsistent { field, reason });
-        if flags.contains(ChunkFlags::COMPRESSED_LZ4 | ChunkFlags::COMPRESSED_ZSTD) {
+        if h.flags
+            .contains(ChunkFlags::COMPRESSED_LZ4 | ChunkFlags::COMPRESSED_ZSTD)
+        {
             return bad("Chunk.flags", "both LZ4 and zstd");
         }
         if h.compression() == Compression::None {
@@ -279,10 +286,10 @@ impl ChunkHeader {
         } else if h.segments != 0 {
             return bad("Chunk.segments", "non-zero on an unpacked chunk");
         }
-        if frame.body_len as usize != CHUNK_FIXED_BODY_BYTES + h.table_len() {
+        if body_len as usize != CHUNK_FIXED_BODY_BYTES + h.table_len() {
             return bad("Chunk.body_len", "does not match 36 + 12 × segments");
         }
-        Ok(h)
+        Ok(())
     }
 
     fn encode_fixed(&self, out: &mut Vec<u8>) {

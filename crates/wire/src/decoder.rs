@@ -68,11 +68,6 @@ impl FrameDecoder {
         }
     }
 
-    /// Sets the chunk limit (once `Accept` has fixed the chunk size).
-    pub fn set_max_chunk_bytes(&mut self, max_chunk_bytes: u32) {
-        self.max_chunk_bytes = max_chunk_bytes.min(MAX_CHUNK_BYTES);
-    }
-
     /// Appends as much of `data` as fits; returns how many bytes were taken. Call
     /// [`next`](Iterator::next) (and drain payload) to make room, then feed the rest.
     pub fn feed(&mut self, data: &[u8]) -> usize {

@@ -48,7 +48,7 @@ pub const MAX_FILE_CHUNKS: u64 = 1 << 22;
 pub const MAX_STREAMS: u16 = 256;
 /// Most channels (NUMA nodes driving a NIC) in one session.
 pub const MAX_CHANNELS: u16 = 64;
-/// Bytes of the largest `Addresses` entry: stream u16, family u8, IPv6 [16], port u16.
+/// Bytes of the largest `Addresses` entry: stream u16, family u8, IPv6 \[16\], port u16.
 pub const ADDRESS_ENTRY_MAX_BYTES: usize = 21;
 
 /// Bytes of the fixed part of a chunk frame body (after the common header).

@@ -25,95 +25,23 @@
 //! (`.NAME.sluice-part`, `.NAME.sluice-part.log`). Only a failure on the start itself
 //! ends the scan (the error is the last item).
 
+mod error;
+mod source_map;
+mod walk;
+
 use std::path::PathBuf;
 
-use cap_fs_ext::DirExt;
-use cap_std::fs::{Dir, FileTypeExt};
-use sluice_wire::{FileEntry, FileKind, PathError, RelPath, MAX_SYMLINK_TARGET_BYTES};
+use cap_std::fs::Dir;
+use sluice_wire::{FileEntry, FileKind, RelPath};
 
 use super::error::{FsError, Op};
 use super::root::{EntryMeta, Root};
-use super::sink::is_partial_name;
+pub use error::ScanError;
+pub use source_map::SourceMap;
 
 /// Directory handles kept open on the current path; deeper frames reopen their
 /// directory by path when the walk returns to them (bounds file descriptors).
 pub const KEEP_OPEN_DIRS: usize = 64;
-
-/// An entry the scanner left out, with the reason. Only [`ScanError::Fs`] on the start
-/// ends the scan; every other error concerns one entry (or one directory's subtree).
-#[derive(Debug, thiserror::Error)]
-pub enum ScanError {
-    /// An operation failed: the entry (or the directory's subtree) is left out.
-    #[error(transparent)]
-    Fs(#[from] FsError),
-    /// A name that is not valid UTF-8 (shown lossily); the entry is left out.
-    #[error("skipped {name:?} in {dir:?} under {}: the name is not valid UTF-8", root.display())]
-    NonUtf8Name {
-        /// The root.
-        root: PathBuf,
-        /// The directory holding it, relative to the root (`.` for the root).
-        dir: String,
-        /// The name, with invalid bytes replaced by U+FFFD.
-        name: String,
-    },
-    /// A path the protocol cannot carry (too long, or a component too long).
-    #[error("skipped {path:?} under {}: {error}", root.display())]
-    BadPath {
-        /// The root.
-        root: PathBuf,
-        /// The path as far as it could be built.
-        path: String,
-        /// Why it is refused.
-        error: PathError,
-    },
-    /// A socket, fifo, device, or a partial file of an unfinished transfer.
-    #[error("skipped {path:?} under {}: it is {kind}, which is not transferred", root.display())]
-    Special {
-        /// The root.
-        root: PathBuf,
-        /// The path, relative to the root.
-        path: String,
-        /// What it is ("a socket", "a sluice partial file", ...).
-        kind: &'static str,
-    },
-    /// A directory found without `recursive`.
-    #[error("skipped the directory {path:?} under {}: not a recursive copy", root.display())]
-    NotRecursive {
-        /// The root.
-        root: PathBuf,
-        /// The path, relative to the root.
-        path: String,
-    },
-    /// The entry disappeared between listing and `lstat`.
-    #[error("skipped {path:?} under {}: it vanished during the scan", root.display())]
-    Vanished {
-        /// The root.
-        root: PathBuf,
-        /// The path, relative to the root.
-        path: String,
-    },
-    /// A symlink whose target the protocol cannot carry.
-    #[error("skipped the symlink {path:?} under {}: its target {reason}", root.display())]
-    BadSymlink {
-        /// The root.
-        root: PathBuf,
-        /// The path, relative to the root.
-        path: String,
-        /// Why ("is not valid UTF-8", "is too long").
-        reason: &'static str,
-    },
-}
-
-impl ScanError {
-    /// Whether this is a deliberate skip (special file, not recursive, vanished, partial)
-    /// that a user sees as a warning, rather than a failure to read something.
-    pub fn is_skip(&self) -> bool {
-        matches!(
-            self,
-            ScanError::Special { .. } | ScanError::NotRecursive { .. } | ScanError::Vanished { .. }
-        )
-    }
-}
 
 /// The sorted names of one directory, in one arena: `bytes[start..start + len]`.
 #[derive(Debug, Default)]
@@ -149,44 +77,6 @@ struct Pending {
     out: Option<RelPath>,
     /// Open it relative to the top frame by its name, without following a symlink.
     from_parent: bool,
-}
-
-/// Maps a path the scanner emitted back to the path under the root it was read from,
-/// so that the source can open the file a manifest entry names.
-///
-/// `prefix` = `None` means `start` is a directory whose *contents* were sent (what
-/// [`map_copy`](super::map_copy) produces; a single file is always sent with a prefix).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceMap {
-    start: Option<RelPath>,
-    prefix: Option<RelPath>,
-}
-
-impl SourceMap {
-    /// The map of a [`Scanner`] built with the same `start` and `prefix`.
-    pub fn new(start: Option<RelPath>, prefix: Option<RelPath>) -> SourceMap {
-        SourceMap { start, prefix }
-    }
-
-    /// The path under the root that `emitted` was read from; `None` if `emitted` is not
-    /// under the prefix, or names the root itself (never a file).
-    pub fn to_source(&self, emitted: &RelPath) -> Option<RelPath> {
-        let rest = match &self.prefix {
-            None => Some(emitted.as_str()),
-            Some(p) if emitted == p => None,
-            Some(p) => Some(
-                emitted
-                    .as_str()
-                    .strip_prefix(p.as_str())?
-                    .strip_prefix('/')?,
-            ),
-        };
-        match (&self.start, rest) {
-            (start, None) => start.clone(),
-            (None, Some(rest)) => RelPath::parse(rest).ok(),
-            (Some(s), Some(rest)) => s.join(rest).ok(),
-        }
-    }
 }
 
 /// Lazily walks a tree; an [`Iterator`] of entries, or drive it into a channel with
@@ -256,11 +146,6 @@ impl Scanner {
         SourceMap::new(self.start.clone(), self.prefix.clone())
     }
 
-    /// The id the next emitted entry will get (after the scan: one past the last).
-    pub fn next_file_id(&self) -> u64 {
-        self.next_id
-    }
-
     /// Sends every item into `tx` (a bounded channel gives back-pressure, so memory
     /// stays bounded). Stops early if the receiver is gone. Returns the entries sent.
     pub fn scan(self, tx: crossbeam_channel::Sender<Result<FileEntry, ScanError>>) -> u64 {
@@ -296,264 +181,6 @@ impl Scanner {
             mode: meta.mode & 0o7777,
             mtime_ns: meta.mtime_ns,
             symlink_target: target,
-        }
-    }
-
-    /// The first step: look at `start`; emit it (unit mode) or queue its contents.
-    fn begin(&mut self) -> Option<Result<FileEntry, ScanError>> {
-        let start_name = self.start.as_ref().map_or(".", |s| s.as_str()).to_owned();
-        let contents = self.prefix.is_none();
-        // Unit mode describes a symlink start as a symlink; contents mode follows it.
-        let meta = match (&self.start, contents) {
-            (None, _) => self.root_dir.dir_metadata(),
-            (Some(s), true) => self.root_dir.metadata(s.as_str()),
-            (Some(s), false) => self.root_dir.symlink_metadata(s.as_str()),
-        };
-        let meta = match meta {
-            Ok(m) => m,
-            Err(e) => return Some(Err(self.fs_err(Op::Stat, &start_name, e))),
-        };
-        let ft = meta.file_type();
-        let em = EntryMeta::from_cap(&meta);
-        if ft.is_dir() && contents {
-            self.pending = Some(Pending {
-                src: self.start.clone(),
-                out: None,
-                from_parent: false,
-            });
-            return None;
-        }
-        // A unit: its name is the prefix, or (contents of a non-directory) its own name.
-        let out = match (&self.prefix, &self.start) {
-            (Some(p), _) => p.clone(),
-            (None, Some(s)) => match RelPath::parse(s.file_name()) {
-                Ok(p) => p,
-                Err(error) => {
-                    return Some(Err(ScanError::BadPath {
-                        root: self.root_path.clone(),
-                        path: start_name,
-                        error,
-                    }))
-                }
-            },
-            // The root is always a directory; handled above.
-            (None, None) => return None,
-        };
-        if ft.is_dir() {
-            if !self.recursive {
-                return Some(Err(ScanError::NotRecursive {
-                    root: self.root_path.clone(),
-                    path: start_name,
-                }));
-            }
-            self.pending = Some(Pending {
-                src: self.start.clone(),
-                out: Some(out.clone()),
-                from_parent: false,
-            });
-            return Some(Ok(self.entry(out, FileKind::Dir, &em, None)));
-        }
-        if ft.is_file() {
-            return Some(Ok(self.entry(out, FileKind::File, &em, None)));
-        }
-        if ft.is_symlink() {
-            let target = self.root_dir.read_link_contents(&start_name);
-            return Some(self.symlink_entry(out, &start_name, &em, target));
-        }
-        Some(Err(ScanError::Special {
-            root: self.root_path.clone(),
-            path: start_name,
-            kind: super::error::kind_name(&ft),
-        }))
-    }
-
-    fn symlink_entry(
-        &mut self,
-        out: RelPath,
-        src: &str,
-        meta: &EntryMeta,
-        target: std::io::Result<PathBuf>,
-    ) -> Result<FileEntry, ScanError> {
-        let target = target.map_err(|e| self.fs_err(Op::ReadLink, src, e))?;
-        let bad = |reason| ScanError::BadSymlink {
-            root: self.root_path.clone(),
-            path: src.to_owned(),
-            reason,
-        };
-        let target = target
-            .into_os_string()
-            .into_string()
-            .map_err(|_| bad("is not valid UTF-8"))?;
-        if target.is_empty() {
-            return Err(bad("is empty"));
-        }
-        if target.len() > MAX_SYMLINK_TARGET_BYTES {
-            return Err(bad("is longer than the protocol's limit"));
-        }
-        Ok(self.entry(out, FileKind::Symlink, meta, Some(target)))
-    }
-
-    /// Opens and lists a pending directory, pushing its frame.
-    fn descend(&mut self, p: Pending) -> Result<(), ScanError> {
-        let name = p.src.as_ref().map_or(".", |s| s.as_str()).to_owned();
-        let parent = if p.from_parent {
-            self.stack.last().and_then(|f| f.dir.as_ref())
-        } else {
-            None
-        };
-        let dir = match (parent, &p.src) {
-            (Some(parent), Some(src)) => parent.open_dir_nofollow(src.file_name()),
-            (_, Some(src)) => self.root_dir.open_dir(src.as_str()),
-            (_, None) => self.root_dir.try_clone(),
-        }
-        .map_err(|e| self.fs_err(Op::Open, &name, e))?;
-        let mut names = Names::default();
-        let entries = dir.entries().map_err(|e| self.fs_err(Op::List, &name, e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| self.fs_err(Op::List, &name, e))?;
-            let n = entry.file_name();
-            let b = n.as_encoded_bytes();
-            if b == b"." || b == b".." {
-                continue;
-            }
-            let start = u32::try_from(names.bytes.len()).map_err(|_| {
-                self.fs_err(
-                    Op::List,
-                    &name,
-                    std::io::Error::other("directory names exceed 4 GiB"),
-                )
-            })?;
-            // A name is at most NAME_MAX (255) bytes.
-            let len = u32::try_from(b.len()).unwrap_or(u32::MAX);
-            names.bytes.extend_from_slice(b);
-            names.spans.push((start, len));
-        }
-        let Names { bytes, mut spans } = names;
-        spans.sort_unstable_by(|a, b| {
-            let (a, b) = (
-                &bytes[a.0 as usize..(a.0 + a.1) as usize],
-                &bytes[b.0 as usize..(b.0 + b.1) as usize],
-            );
-            a.cmp(b)
-        });
-        if self.stack.len() >= KEEP_OPEN_DIRS {
-            let i = self.stack.len() - KEEP_OPEN_DIRS;
-            self.stack[i].dir = None;
-        }
-        self.stack.push(Frame {
-            dir: Some(dir),
-            src: p.src,
-            out: p.out,
-            names: Names { bytes, spans },
-            next: 0,
-        });
-        Ok(())
-    }
-
-    /// Visits the next name of the top frame; `None` when it yields nothing to report.
-    fn visit(&mut self) -> Option<Result<FileEntry, ScanError>> {
-        let root = self.root_path.clone();
-        let frame = self.stack.last_mut()?;
-        let name_bytes = frame.names.get(frame.next).to_vec();
-        frame.next += 1;
-        let dir_label = frame.src.as_ref().map_or(".", |s| s.as_str()).to_owned();
-        let Ok(name) = std::str::from_utf8(&name_bytes) else {
-            return Some(Err(ScanError::NonUtf8Name {
-                root,
-                dir: dir_label,
-                name: String::from_utf8_lossy(&name_bytes).into_owned(),
-            }));
-        };
-        let join = |base: &Option<RelPath>| match base {
-            Some(b) => b.join(name),
-            None => RelPath::parse(name),
-        };
-        let bad_path = |error| ScanError::BadPath {
-            root: root.clone(),
-            path: format!("{dir_label}/{name}"),
-            error,
-        };
-        let src = match join(&frame.src) {
-            Ok(p) => p,
-            Err(e) => return Some(Err(bad_path(e))),
-        };
-        let out = match join(&frame.out) {
-            Ok(p) => p,
-            Err(e) => return Some(Err(bad_path(e))),
-        };
-        if is_partial_name(name) {
-            return Some(Err(ScanError::Special {
-                root,
-                path: src.into_string(),
-                kind: "a sluice partial file",
-            }));
-        }
-        if frame.dir.is_none() {
-            match self.root_dir.open_dir(dir_label.as_str()) {
-                Ok(d) => frame.dir = Some(d),
-                Err(e) => {
-                    return Some(Err(ScanError::Fs(FsError::io(
-                        Op::Open,
-                        &root,
-                        &dir_label,
-                        e,
-                    ))))
-                }
-            }
-        }
-        let dir = frame.dir.as_ref()?;
-        let meta = match dir.symlink_metadata(name) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Some(Err(ScanError::Vanished {
-                    root,
-                    path: src.into_string(),
-                }))
-            }
-            Err(e) => {
-                return Some(Err(ScanError::Fs(FsError::io(
-                    Op::Stat,
-                    &root,
-                    src.as_str(),
-                    e,
-                ))))
-            }
-        };
-        let ft = meta.file_type();
-        let em = EntryMeta::from_cap(&meta);
-        if ft.is_file() {
-            Some(Ok(self.entry(out, FileKind::File, &em, None)))
-        } else if ft.is_dir() {
-            if !self.recursive {
-                return Some(Err(ScanError::NotRecursive {
-                    root,
-                    path: src.into_string(),
-                }));
-            }
-            self.pending = Some(Pending {
-                src: Some(src),
-                out: Some(out.clone()),
-                from_parent: true,
-            });
-            Some(Ok(self.entry(out, FileKind::Dir, &em, None)))
-        } else if ft.is_symlink() {
-            let target = dir.read_link_contents(name);
-            Some(self.symlink_entry(out, src.as_str(), &em, target))
-        } else {
-            let kind = if ft.is_socket() {
-                "a socket"
-            } else if ft.is_fifo() {
-                "a fifo"
-            } else if ft.is_block_device() || ft.is_char_device() {
-                "a device"
-            } else {
-                "an unknown kind of file"
-            };
-            Some(Err(ScanError::Special {
-                root,
-                path: src.into_string(),
-                kind,
-            }))
         }
     }
 }

@@ -70,17 +70,7 @@ impl FileEntry {
 
     fn decode(r: &mut Reader<'_>) -> Result<FileEntry, DecodeError> {
         let file_id = r.u64("FileEntry.file_id")?;
-        let kind = match r.u8("FileEntry.kind")? {
-            0 => FileKind::File,
-            1 => FileKind::Dir,
-            2 => FileKind::Symlink,
-            v => {
-                return Err(DecodeError::InvalidValue {
-                    field: "FileEntry.kind",
-                    value: v.into(),
-                })
-            }
-        };
+        let kind = FileKind::decode(r.u8("FileEntry.kind")?)?;
         let mode = r.u32("FileEntry.mode")?;
         if mode & !0o7777 != 0 {
             return Err(DecodeError::InvalidValue {
@@ -102,32 +92,7 @@ impl FileEntry {
             MAX_SYMLINK_TARGET_BYTES,
             "FileEntry.symlink_target",
         )?;
-        let symlink_target = match kind {
-            FileKind::Symlink => {
-                if target.is_empty() {
-                    return Err(DecodeError::Inconsistent {
-                        field: "FileEntry.symlink_target",
-                        reason: "empty for a symlink",
-                    });
-                }
-                if target.contains('\0') {
-                    return Err(DecodeError::Inconsistent {
-                        field: "FileEntry.symlink_target",
-                        reason: "contains NUL",
-                    });
-                }
-                Some(target.to_owned())
-            }
-            FileKind::File | FileKind::Dir => {
-                if !target.is_empty() {
-                    return Err(DecodeError::Inconsistent {
-                        field: "FileEntry.symlink_target",
-                        reason: "present on a file or directory",
-                    });
-                }
-                None
-            }
-        };
+        let symlink_target = kind.symlink_target(target)?;
         if kind != FileKind::File && size != 0 {
             return Err(DecodeError::Inconsistent {
                 field: "FileEntry.size",
@@ -143,6 +108,38 @@ impl FileEntry {
             mtime_ns,
             symlink_target,
         })
+    }
+}
+
+impl FileKind {
+    fn decode(value: u8) -> Result<FileKind, DecodeError> {
+        match value {
+            0 => Ok(FileKind::File),
+            1 => Ok(FileKind::Dir),
+            2 => Ok(FileKind::Symlink),
+            v => Err(DecodeError::InvalidValue {
+                field: "FileEntry.kind",
+                value: v.into(),
+            }),
+        }
+    }
+
+    /// An entry's decoded link `target` as the entry holds it: required (non-empty,
+    /// without NUL) for a symlink, absent for a file or directory.
+    fn symlink_target(self, target: &str) -> Result<Option<String>, DecodeError> {
+        let inconsistent = |reason| DecodeError::Inconsistent {
+            field: "FileEntry.symlink_target",
+            reason,
+        };
+        match self {
+            FileKind::Symlink if target.is_empty() => Err(inconsistent("empty for a symlink")),
+            FileKind::Symlink if target.contains('\0') => Err(inconsistent("contains NUL")),
+            FileKind::Symlink => Ok(Some(target.to_owned())),
+            FileKind::File | FileKind::Dir if !target.is_empty() => {
+                Err(inconsistent("present on a file or directory"))
+            }
+            FileKind::File | FileKind::Dir => Ok(None),
+        }
     }
 }
 
