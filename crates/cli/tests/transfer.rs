@@ -28,7 +28,7 @@ const SMALL: [&str; 4] = ["--buffer-mem", "64MiB", "--chunk-size", "1MiB"];
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one `sluice` command may run before the test fails.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(90);
-/// The engine's test-only fault knob (crates/engine/src/source.rs).
+/// The engine's fault knob (crates/engine/src/fault.rs, built only with the `fault-injection` feature, which these tests enable).
 const FAULT_CORRUPT: &str = "SLUICE_FAULT_CORRUPT_CHUNK";
 /// Test knob: `--compress auto` keeps measuring over loopback (where it sends raw).
 const AUTO_ON_LOOPBACK: [(&str, &str); 1] = [("SLUICE_AUTO_ON_LOOPBACK", "1")];

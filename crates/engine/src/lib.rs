@@ -23,6 +23,8 @@ pub mod sink;
 pub mod source;
 pub mod stats;
 pub mod stream;
+#[cfg(test)]
+mod testing;
 pub mod transport;
 
 pub use codec::CompressMode;

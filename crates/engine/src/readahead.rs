@@ -288,11 +288,14 @@ mod tests {
             .and_then(|mut f| f.write_all(&data))
             .expect("write");
         let Some(file) = direct(&path) else {
-            eprintln!("no O_DIRECT on {}: skipped", dir.path().display());
+            crate::testing::skip(&format!("no O_DIRECT on {}", dir.path().display()), false);
             return;
         };
         let Ok(mut ahead) = ReadAhead::new(4) else {
-            eprintln!("no io_uring here: skipped");
+            crate::testing::skip(
+                "no io_uring here (a container's seccomp profile may refuse it)",
+                true,
+            );
             return;
         };
         let file = Arc::new(file);
@@ -336,11 +339,14 @@ mod tests {
         let path = dir.path().join("f");
         std::fs::write(&path, vec![1u8; 8192]).expect("write");
         let Some(file) = direct(&path) else {
-            eprintln!("no O_DIRECT on {}: skipped", dir.path().display());
+            crate::testing::skip(&format!("no O_DIRECT on {}", dir.path().display()), false);
             return;
         };
         let Ok(mut ahead) = ReadAhead::new(2) else {
-            eprintln!("no io_uring here: skipped");
+            crate::testing::skip(
+                "no io_uring here (a container's seccomp profile may refuse it)",
+                true,
+            );
             return;
         };
         let file = Arc::new(file);
