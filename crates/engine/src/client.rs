@@ -10,7 +10,7 @@ use crate::source::ScanSpec;
 use crate::stats::Stats;
 use crate::SessionOptions;
 use sluice_wire::{Direction, Open, OpenOptions, Token};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// One side of a copy as the user typed it.
@@ -119,53 +119,8 @@ pub fn copy(
         .iter()
         .all(|s| matches!(s, Endpoint::Remote { .. }));
     match (&cfg.dest, all_local, all_remote) {
-        (Endpoint::Remote { addr, path }, true, _) => {
-            let several = cfg.sources.len() > 1;
-            let mut specs = Vec::new();
-            for s in &cfg.sources {
-                let Endpoint::Local(p) = s else { unreachable!("checked all local") };
-                specs.push(local_spec(p, cfg.opts.recursive)?);
-            }
-            // Several sources, or a directory's contents, always go into a directory.
-            let into_dir = several || specs.iter().any(|s| s.prefix.is_none());
-            let remote_path =
-                if into_dir && !path.ends_with('/') { format!("{path}/") } else { path.clone() };
-            run_session(addr, Direction::Push, &remote_path, cfg, runtime, Side::Source(specs), stats)
-        }
-        (Endpoint::Local(dst), _, true) => {
-            let several = cfg.sources.len() > 1;
-            let dst_path = Path::new(dst);
-            // A remote source ending in '/' sends its contents: they go into a directory.
-            let contents = cfg
-                .sources
-                .iter()
-                .any(|s| matches!(s, Endpoint::Remote { path, .. } if path.ends_with('/')));
-            let dst_is_dir = dst.ends_with('/') || dst_path.is_dir() || contents;
-            if several && !dst_is_dir {
-                return Err(Box::new(UsageError(format!(
-                    "{dst:?} must be an existing directory (or end with '/') when copying several sources"
-                ))));
-            }
-            let (root_dir, dest) = if dst_is_dir {
-                std::fs::create_dir_all(dst_path)
-                    .map_err(|e| EngineError::io(format!("creating {dst:?}"), e))?;
-                (dst_path.to_path_buf(), DestMap::default())
-            } else {
-                let parent = dst_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-                let name = dst_path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .ok_or_else(|| UsageError(format!("{dst:?} has no usable file name")))?;
-                (parent.to_path_buf(), DestMap { base: None, rename_top: Some(name.to_string()) })
-            };
-            let root = Arc::new(Root::open(&root_dir)?);
-            for s in &cfg.sources {
-                let Endpoint::Remote { addr, path } = s else { unreachable!("checked all remote") };
-                let side = Side::Sink { root: Arc::clone(&root), dest: dest.clone() };
-                run_session(addr, Direction::Pull, path, cfg, runtime, side, stats)?;
-            }
-            Ok(())
-        }
+        (Endpoint::Remote { addr, path }, true, _) => push(cfg, addr, path, runtime, stats),
+        (Endpoint::Local(dst), _, true) => pull(cfg, dst, runtime, stats),
         (Endpoint::Local(_), true, _) => Err(Box::new(UsageError(
             "both sides are local: sluice moves data between hosts; use a sluice:// URL for one side".into(),
         ))),
@@ -173,6 +128,123 @@ pub fn copy(
             "sources must be all local (push) or all remote (pull), and the destination the other kind".into(),
         ))),
     }
+}
+
+/// Pushes every (local) source to `path` on the daemon at `addr`, in one session.
+fn push(
+    cfg: &CopyConfig,
+    addr: &str,
+    path: &str,
+    runtime: &Arc<Runtime>,
+    stats: &Arc<Stats>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let mut specs = Vec::with_capacity(cfg.sources.len());
+    for s in &cfg.sources {
+        let Endpoint::Local(p) = s else {
+            unreachable!("checked all local")
+        };
+        specs.push(local_spec(p, cfg.opts.recursive)?);
+    }
+    // Several sources, or a directory's contents, always go into a directory: the
+    // daemon reads that from the trailing '/' (its half of the rule).
+    let into_dir = cfg.sources.len() > 1 || specs.iter().any(|s| s.prefix.is_none());
+    let remote_path = if into_dir && !path.ends_with('/') {
+        format!("{path}/")
+    } else {
+        path.to_string()
+    };
+    let started = start_session(addr, Direction::Push, &remote_path, cfg, runtime)?;
+    started.run(Role::Source(specs), runtime, stats)
+}
+
+/// Pulls every (remote) source into the local `dst`, one session per source. The
+/// destination is created only once the first daemon has accepted (a refused pull
+/// leaves nothing behind, as `cp` leaves nothing when its source is missing).
+fn pull(
+    cfg: &CopyConfig,
+    dst: &str,
+    runtime: &Arc<Runtime>,
+    stats: &Arc<Stats>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let target = pull_destination(cfg, dst)?;
+    // An existing directory is opened (and checked) before any connection is made.
+    let mut root = match target.create {
+        false => Some(Arc::new(target.open()?)),
+        true => None,
+    };
+    for s in &cfg.sources {
+        let Endpoint::Remote { addr, path } = s else {
+            unreachable!("checked all remote")
+        };
+        let started = start_session(addr, Direction::Pull, path, cfg, runtime)?;
+        let root = match &root {
+            Some(r) => Arc::clone(r),
+            None => Arc::clone(root.insert(Arc::new(target.open()?))),
+        };
+        let dest = target.dest.clone();
+        started.run(Role::Sink { root, dest }, runtime, stats)?;
+    }
+    Ok(())
+}
+
+/// Where a pull writes: the local directory to open as the sink's root (created first
+/// when `create`), and where entries land under it.
+#[derive(Debug)]
+struct PullTarget {
+    dir: PathBuf,
+    create: bool,
+    dest: DestMap,
+}
+
+impl PullTarget {
+    fn open(&self) -> Result<Root, EngineError> {
+        if self.create {
+            std::fs::create_dir_all(&self.dir)
+                .map_err(|e| EngineError::io(format!("creating {:?}", self.dir), e))?;
+        }
+        Ok(Root::open(&self.dir)?)
+    }
+}
+
+/// The local target of a pull, by the rules the daemon applies to a push
+/// ([`session::dest_is_directory`]): a source sent as its contents (a trailing '/', or
+/// the daemon's root, which has no name) needs a directory, created if missing; several
+/// sources need one that exists or ends in '/'.
+fn pull_destination(cfg: &CopyConfig, dst: &str) -> Result<PullTarget, UsageError> {
+    let several = cfg.sources.len() > 1;
+    let dst_path = Path::new(dst);
+    let contents = cfg
+        .sources
+        .iter()
+        .any(|s| matches!(s, Endpoint::Remote { path, .. } if session::sends_contents(path)));
+    if session::dest_is_directory(dst, dst_path.is_dir(), contents) {
+        return Ok(PullTarget {
+            dir: dst_path.to_path_buf(),
+            create: true,
+            dest: DestMap::default(),
+        });
+    }
+    if several {
+        return Err(UsageError(format!(
+            "{dst:?} must be an existing directory (or end with '/') when copying several sources"
+        )));
+    }
+    let parent = dst_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = dst_path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| UsageError(format!("{dst:?} has no usable file name")))?;
+    Ok(PullTarget {
+        dir: parent.to_path_buf(),
+        create: false,
+        dest: DestMap {
+            base: None,
+            rename_top: Some(name.to_string()),
+        },
+    })
 }
 
 /// The scan spec of a local source path, by the rules of [`crate::fs::spec`] (a trailing
@@ -204,20 +276,34 @@ fn local_spec(
     })
 }
 
-enum Side {
-    Source(Vec<ScanSpec>),
-    Sink { root: Arc<Root>, dest: DestMap },
+/// A session this client opened, its options settled with the daemon's `Accept`.
+struct Started {
+    conns: Connections,
+    opts: SessionOptions,
 }
 
-fn run_session(
+impl Started {
+    /// Runs this side of the session.
+    fn run(
+        self,
+        role: Role,
+        runtime: &Arc<Runtime>,
+        stats: &Arc<Stats>,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let chunk_bytes = self.opts.chunk_bytes;
+        run_role(role, runtime, &self.opts, chunk_bytes, self.conns, stats)?;
+        Ok(())
+    }
+}
+
+/// Opens a session with the daemon at `addr` for `path` and settles its options.
+fn start_session(
     addr: &str,
     direction: Direction,
     path: &str,
     cfg: &CopyConfig,
     runtime: &Arc<Runtime>,
-    side: Side,
-    stats: &Arc<Stats>,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<Started, Box<dyn std::error::Error + Send + Sync>> {
     let open = Open {
         direction,
         path: path.to_string(),
@@ -264,15 +350,10 @@ fn run_session(
         }));
     }
     opts.chunk_bytes = accept.chunk_bytes;
-    let role = match side {
-        Side::Source(specs) => Role::Source(specs),
-        Side::Sink { root, dest } => Role::Sink { root, dest },
-    };
     let conns = Connections {
         reader,
         control_stream,
         data: conns,
     };
-    run_role(role, runtime, &opts, accept.chunk_bytes, conns, stats)?;
-    Ok(())
+    Ok(Started { conns, opts })
 }

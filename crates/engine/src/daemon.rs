@@ -7,7 +7,7 @@
 
 use crate::control::{spawn_reader, spawn_writer, Wiring};
 use crate::error::EngineError;
-use crate::fs::Root;
+use crate::fs::{EntryKind, Root};
 use crate::runtime::Runtime;
 use crate::session::{self, source_start, DestMap, HANDSHAKE_TIMEOUT};
 use crate::source::ScanSpec;
@@ -311,6 +311,16 @@ impl Daemon {
                         return Err(EngineError::Refused {
                             code: ErrorCode::NotFound,
                             message: format!("{raw:?} does not exist on the server"),
+                        });
+                    }
+                    // Contents of a file: refused, as `cp` and rsync refuse `file/`.
+                    let kind = self.root.entry_metadata(s)?.kind;
+                    if prefix.is_none() && !matches!(kind, EntryKind::Dir | EntryKind::Symlink) {
+                        return Err(EngineError::Refused {
+                            code: ErrorCode::NotFound,
+                            message: format!(
+                                "{raw:?} is not a directory, but the trailing '/' asks for its contents"
+                            ),
                         });
                     }
                 }

@@ -143,7 +143,7 @@ impl DestMap {
             return Ok(DestMap::default());
         }
         let rel = RelPath::parse(trimmed).map_err(|e| e.to_string())?;
-        if raw.ends_with('/') || is_dir(&rel) {
+        if dest_is_directory(raw, is_dir(&rel), false) {
             return Ok(DestMap {
                 base: Some(rel),
                 rename_top: None,
@@ -156,22 +156,44 @@ impl DestMap {
     }
 }
 
+/// Whether a destination typed as `raw` is a directory that receives the sources under
+/// their own names (rather than the new name of a single source): it ends in '/', is a
+/// root (empty or '/'), `exists_as_dir`, or `into_dir` because several sources or a
+/// directory's contents go there. The one rule both a daemon (push) and a client
+/// (pull) apply.
+pub fn dest_is_directory(raw: &str, exists_as_dir: bool, into_dir: bool) -> bool {
+    raw.ends_with('/') || raw.trim_matches('/').is_empty() || exists_as_dir || into_dir
+}
+
 /// Source-side mapping of a path typed as `raw` under a root: (start, prefix). A
-/// trailing '/' sends a directory's contents; otherwise the entry keeps its own name.
+/// trailing '/' (or a last component '.') sends a directory's contents, and so does the
+/// root itself, which has no name of its own (`sluice://HOST/` and `sluice://HOST`
+/// alike); otherwise the entry keeps its own name.
 ///
 /// # Errors
 /// The path is not a valid relative path.
 pub fn source_start(raw: &str) -> Result<(Option<RelPath>, Option<RelPath>), String> {
-    let trimmed = raw.trim_matches('/');
-    if trimmed.is_empty() {
+    let (body, contents) = match raw.strip_suffix("/.") {
+        Some(body) => (body, true),
+        None => (raw, raw.ends_with('/')),
+    };
+    let trimmed = body.trim_matches('/');
+    if trimmed.is_empty() || trimmed == "." {
         return Ok((None, None));
     }
     let rel = RelPath::parse(trimmed).map_err(|e| e.to_string())?;
-    if raw.ends_with('/') {
+    if contents {
         return Ok((Some(rel), None));
     }
     let name = RelPath::parse(rel.file_name()).map_err(|e| e.to_string())?;
     Ok((Some(rel), Some(name)))
+}
+
+/// Whether a source typed as `raw` under a root is sent as its contents (no name of its
+/// own under the destination), by the rule of [`source_start`]. A path that rule
+/// refuses counts as named; the daemon refuses it when the session opens.
+pub fn sends_contents(raw: &str) -> bool {
+    source_start(raw).is_ok_and(|(_, prefix)| prefix.is_none())
 }
 
 /// A session opened by a client: the control connection, the daemon's `Accept`, and
@@ -394,5 +416,34 @@ mod tests {
         );
         assert_eq!(source_start("/").unwrap(), (None, None));
         assert!(source_start("../x").is_err());
+        assert_eq!(
+            source_start("a/data/.").unwrap(),
+            (Some(rp("a/data")), None)
+        );
+    }
+
+    #[test]
+    fn regression_pull_root_into_a_new_directory_sends_contents() {
+        // `sluice cp -r sluice://HOST/ new` and `sluice://HOST new`: the root has no
+        // name, so it is always sent as its contents, into a directory.
+        for raw in ["", "/", ".", "./"] {
+            assert_eq!(source_start(raw).unwrap(), (None, None), "{raw:?}");
+            assert!(sends_contents(raw), "{raw:?}");
+        }
+        assert!(sends_contents("sub/"));
+        assert!(!sends_contents("sub"));
+        assert!(!sends_contents("../x"));
+        assert!(dest_is_directory("new", false, sends_contents("")));
+        assert!(!dest_is_directory("new", false, sends_contents("sub")));
+    }
+
+    #[test]
+    fn a_destination_is_a_directory_by_slash_root_existence_or_need() {
+        assert!(dest_is_directory("d/", false, false));
+        assert!(dest_is_directory("", false, false));
+        assert!(dest_is_directory("/", false, false));
+        assert!(dest_is_directory("d", true, false));
+        assert!(dest_is_directory("d", false, true));
+        assert!(!dest_is_directory("d", false, false));
     }
 }
