@@ -1,15 +1,14 @@
 //! `sluice cp`: connects to a daemon, opens a session and runs its side of it.
 
-use crate::daemon::{run_role, Connections, Role};
 use crate::error::EngineError;
 use crate::fs::spec::{map_copy, CopyArgs};
-use crate::fs::Root;
+use crate::fs::{FsError, Root};
 use crate::runtime::Runtime;
-use crate::session::{self, DestMap, Opened};
+use crate::session::{self, run_role, Connections, DestMap, Role};
 use crate::source::ScanSpec;
 use crate::stats::Stats;
 use crate::SessionOptions;
-use sluice_wire::{Direction, Open, OpenOptions, Token};
+use sluice_wire::{Direction, Open, Recovery, Token};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -90,10 +89,8 @@ pub struct CopyConfig {
     pub sources: Vec<Endpoint>,
     /// Destination.
     pub dest: Endpoint,
-    /// Session options.
+    /// Session options (`chunk_bytes`: the chunk size asked for).
     pub opts: SessionOptions,
-    /// Chunk size asked for.
-    pub chunk_bytes: u32,
     /// Shared secret for the daemon.
     pub token: Option<Token>,
 }
@@ -103,16 +100,40 @@ pub struct CopyConfig {
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+/// Why a copy failed: what was asked cannot be done, or doing it failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// An impossible request, found before any connection was made.
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+    /// A failure while copying.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+impl From<FsError> for CopyError {
+    fn from(e: FsError) -> CopyError {
+        CopyError::Engine(e.into())
+    }
+}
+
+impl CopyError {
+    /// What to do about it: a usage error needs another command line; a failure
+    /// tells by its own class ([`EngineError::recovery`]).
+    pub fn recovery(&self) -> Recovery {
+        match self {
+            CopyError::Usage(_) => Recovery::Abort,
+            CopyError::Engine(e) => e.recovery(),
+        }
+    }
+}
+
 /// Runs a copy, counting into `stats` (one session, or one per source for a pull from
 /// several remote sources); `stats.summary()` is the result.
 ///
 /// # Errors
-/// [`UsageError`] (wrapped) for impossible requests; [`EngineError`] for failures.
-pub fn copy(
-    cfg: &CopyConfig,
-    runtime: &Arc<Runtime>,
-    stats: &Arc<Stats>,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// [`CopyError::Usage`] for impossible requests, [`CopyError::Engine`] for failures.
+pub fn copy(cfg: &CopyConfig, runtime: &Arc<Runtime>, stats: &Arc<Stats>) -> Result<(), CopyError> {
     let all_local = cfg.sources.iter().all(|s| matches!(s, Endpoint::Local(_)));
     let all_remote = cfg
         .sources
@@ -121,12 +142,12 @@ pub fn copy(
     match (&cfg.dest, all_local, all_remote) {
         (Endpoint::Remote { addr, path }, true, _) => push(cfg, addr, path, runtime, stats),
         (Endpoint::Local(dst), _, true) => pull(cfg, dst, runtime, stats),
-        (Endpoint::Local(_), true, _) => Err(Box::new(UsageError(
+        (Endpoint::Local(_), true, _) => Err(UsageError(
             "both sides are local: sluice moves data between hosts; use a sluice:// URL for one side".into(),
-        ))),
-        _ => Err(Box::new(UsageError(
+        ).into()),
+        _ => Err(UsageError(
             "sources must be all local (push) or all remote (pull), and the destination the other kind".into(),
-        ))),
+        ).into()),
     }
 }
 
@@ -137,7 +158,7 @@ fn push(
     path: &str,
     runtime: &Arc<Runtime>,
     stats: &Arc<Stats>,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<(), CopyError> {
     let mut specs = Vec::with_capacity(cfg.sources.len());
     for s in &cfg.sources {
         let Endpoint::Local(p) = s else {
@@ -153,7 +174,7 @@ fn push(
     } else {
         path.to_string()
     };
-    let started = start_session(addr, Direction::Push, &remote_path, cfg, runtime)?;
+    let started = start_session(addr, Direction::Push, &remote_path, cfg, runtime, stats)?;
     started.run(Role::Source(specs), runtime, stats)
 }
 
@@ -165,7 +186,7 @@ fn pull(
     dst: &str,
     runtime: &Arc<Runtime>,
     stats: &Arc<Stats>,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<(), CopyError> {
     let target = pull_destination(cfg, dst)?;
     // An existing directory is opened (and checked) before any connection is made.
     let mut root = match target.create {
@@ -176,7 +197,7 @@ fn pull(
         let Endpoint::Remote { addr, path } = s else {
             unreachable!("checked all remote")
         };
-        let started = start_session(addr, Direction::Pull, path, cfg, runtime)?;
+        let started = start_session(addr, Direction::Pull, path, cfg, runtime, stats)?;
         let root = match &root {
             Some(r) => Arc::clone(r),
             None => Arc::clone(root.insert(Arc::new(target.open()?))),
@@ -250,15 +271,10 @@ fn pull_destination(cfg: &CopyConfig, dst: &str) -> Result<PullTarget, UsageErro
 /// The scan spec of a local source path, by the rules of [`crate::fs::spec`] (a trailing
 /// '/' sends a directory's contents; otherwise the entry keeps its name). The daemon
 /// applies the destination half of the rules, where the destination is.
-fn local_spec(
-    p: &str,
-    recursive: bool,
-) -> Result<ScanSpec, Box<dyn std::error::Error + Send + Sync>> {
+fn local_spec(p: &str, recursive: bool) -> Result<ScanSpec, CopyError> {
     let meta = std::fs::metadata(p).map_err(|e| EngineError::io(format!("reading {p:?}"), e))?;
     if meta.is_dir() && !recursive {
-        return Err(Box::new(UsageError(format!(
-            "{p:?} is a directory: use -r to copy it"
-        ))));
+        return Err(UsageError(format!("{p:?} is a directory: use -r to copy it")).into());
     }
     let mapping = map_copy(&CopyArgs {
         source: p,
@@ -284,76 +300,42 @@ struct Started {
 
 impl Started {
     /// Runs this side of the session.
-    fn run(
-        self,
-        role: Role,
-        runtime: &Arc<Runtime>,
-        stats: &Arc<Stats>,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    fn run(self, role: Role, runtime: &Arc<Runtime>, stats: &Arc<Stats>) -> Result<(), CopyError> {
         let chunk_bytes = self.opts.chunk_bytes;
         run_role(role, runtime, &self.opts, chunk_bytes, self.conns, stats)?;
         Ok(())
     }
 }
 
-/// Opens a session with the daemon at `addr` for `path` and settles its options.
+/// Opens a session with the daemon at `addr` for `path` and settles its options with
+/// the daemon's `Accept`.
 fn start_session(
     addr: &str,
     direction: Direction,
     path: &str,
     cfg: &CopyConfig,
     runtime: &Arc<Runtime>,
-) -> Result<Started, Box<dyn std::error::Error + Send + Sync>> {
+    stats: &Stats,
+) -> Result<Started, CopyError> {
     let open = Open {
         direction,
         path: path.to_string(),
-        options: OpenOptions {
-            streams: cfg.opts.streams,
-            chunk_bytes: cfg.chunk_bytes,
-            resume: cfg.opts.resume,
-            no_clobber: cfg.opts.no_clobber,
-            update: cfg.opts.update,
-            fsync: cfg.opts.fsync,
-            verify: cfg.opts.verify,
-            recursive: cfg.opts.recursive,
-            compress: match cfg.opts.compress {
-                crate::CompressMode::None => sluice_wire::Compression::None,
-                crate::CompressMode::Zstd(_) => sluice_wire::Compression::Zstd,
-                crate::CompressMode::Lz4 | crate::CompressMode::Auto => {
-                    sluice_wire::Compression::Lz4
-                }
-            },
-            direct: cfg.opts.direct,
-        },
+        options: cfg.opts.open_options(),
     };
-    let Opened {
-        reader,
-        writer,
-        accept,
-        data: conns,
-        capabilities,
-    } = session::open_session(addr, cfg.token.clone(), open)?;
-    let control_stream = writer.stream_clone()?;
-    let mut opts = cfg.opts.clone();
-    opts.streams = accept.streams();
-    opts.chunk_acks = capabilities.contains(sluice_wire::Capabilities::CHUNK_ACKS);
-    if accept.chunk_bytes > runtime.chunk_bytes()
-        || !sluice_wire::is_valid_chunk_bytes(accept.chunk_bytes)
-    {
-        return Err(Box::new(EngineError::Handshake {
+    let opened = session::open_session(addr, cfg.token.clone(), open)?;
+    let opts = cfg
+        .opts
+        .accepted(&opened.accept, opened.capabilities, runtime.chunk_bytes())
+        .map_err(|message| EngineError::Handshake {
             peer: addr.to_string(),
-            message: format!(
-                "the daemon chose {}-byte chunks; this side's slots hold {}",
-                accept.chunk_bytes,
-                runtime.chunk_bytes()
-            ),
-        }));
-    }
-    opts.chunk_bytes = accept.chunk_bytes;
+            message,
+        })?;
+    let sends = direction == Direction::Push;
+    session::state_threads_beyond_plan(runtime, &opts, sends, stats, "this side");
     let conns = Connections {
-        reader,
-        control_stream,
-        data: conns,
+        control_stream: opened.writer.stream_clone()?,
+        reader: opened.reader,
+        data: opened.data,
     };
     Ok(Started { conns, opts })
 }

@@ -43,6 +43,11 @@ pub struct Daemon {
 impl Daemon {
     /// Starts a daemon serving `root` and waits for its readiness line.
     pub fn start(root: &Path) -> Daemon {
+        Daemon::start_with(root, &[])
+    }
+
+    /// [`Daemon::start`] with `extra` arguments for `sluice serve`.
+    pub fn start_with(root: &Path, extra: &[&str]) -> Daemon {
         let logdir = tempfile::tempdir().expect("a temp dir");
         let log = logdir.path().join("daemon.log");
         let mut child = ChildGuard(
@@ -52,6 +57,7 @@ impl Daemon {
                 .arg(root)
                 .args(["--listen", "127.0.0.1:0", "--json"])
                 .args(SMALL)
+                .args(extra)
                 .env_remove("SLUICE_LOG")
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
