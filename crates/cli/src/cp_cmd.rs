@@ -165,6 +165,23 @@ fn unbind(plan: &mut Plan) {
     }
 }
 
+/// Says the daemon is ready: its address and plan as one JSON line (`--json`), or one
+/// line on stderr.
+fn announce(args: &ServeArgs, addr: SocketAddr, plan: &Plan) {
+    if args.json {
+        let v = serde_json::json!({ "listen": addr.to_string(), "root": args.root, "plan": plan });
+        let _ = crate::output::stdout(&(format!("{v}") + "\n"));
+    } else {
+        crate::output::stderr_line(&format!(
+            "sluice: serving {} on {addr} (policy {}, {} channel(s), {} MiB of buffers)",
+            args.root.display(),
+            plan.policy,
+            plan.channels.len(),
+            plan.buffer_bytes() >> 20
+        ));
+    }
+}
+
 /// Runs `sluice serve`.
 pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
     let token = args.token_file.as_ref().map(read_token).transpose()?;
@@ -180,7 +197,9 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
             args.root.display()
         )));
     }
-    // A daemon may be asked to compress or decompress by any session.
+    // A daemon may be asked to compress or decompress by any session: codec threads
+    // are always planned (the counts are `JobArgs::job`'s, which the codec's plan
+    // decides).
     let job = JobArgs {
         compressing: true,
         ..args.job.clone()
@@ -198,20 +217,7 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
     for (nic, ip) in &nic_addresses {
         tracing::info!("advertising {ip} for the data connections of the channel of {nic}");
     }
-    let addr = listener.local_addr()?;
-    let plan = runtime.plan();
-    if args.json {
-        let v = serde_json::json!({ "listen": addr.to_string(), "root": args.root, "plan": plan });
-        let _ = crate::output::stdout(&(format!("{v}") + "\n"));
-    } else {
-        crate::output::stderr_line(&format!(
-            "sluice: serving {} on {addr} (policy {}, {} channel(s), {} MiB of buffers)",
-            args.root.display(),
-            plan.policy,
-            plan.channels.len(),
-            plan.buffer_bytes() >> 20
-        ));
-    }
+    announce(args, listener.local_addr()?, runtime.plan());
     let cfg = ServeConfig {
         root: args.root.clone(),
         token,

@@ -131,13 +131,21 @@ impl EngineError {
             EngineError::Fs(e) => e.recovery(),
             // The session is lost; the destination keeps what arrived.
             EngineError::Disconnected { .. } => Recovery::Resume,
-            // Nobody listens there: a new session will not help until one does.
-            EngineError::Io { cause, .. } if cause.kind() == io::ErrorKind::ConnectionRefused => {
-                Recovery::Abort
-            }
+            EngineError::Io { cause, .. } if needs_the_user(cause) => Recovery::Abort,
             other => other.code().recovery(),
         }
     }
+}
+
+/// OS errors that a new session cannot get past until the user changes something,
+/// though their wire code ([`io_code`]: `Io`) reads as transient: nobody listens at the
+/// address, or a path is of the wrong kind (a file where a directory must go).
+fn needs_the_user(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::ConnectionRefused
+        || matches!(
+            e.raw_os_error(),
+            Some(libc::EEXIST | libc::ENOTDIR | libc::EISDIR)
+        )
 }
 
 /// The wire error code for an OS error.
@@ -171,6 +179,9 @@ mod tests {
             io(io::ErrorKind::ConnectionRefused).recovery(),
             Recovery::Abort
         );
+        let exists = EngineError::io("creating", io::Error::from_raw_os_error(libc::EEXIST));
+        assert_eq!(exists.code(), ErrorCode::Io, "the wire code is unchanged");
+        assert_eq!(exists.recovery(), Recovery::Abort);
         let denied = EngineError::io("opening", io::Error::from_raw_os_error(libc::EACCES));
         assert_eq!(denied.recovery(), Recovery::Abort);
         let gone = EngineError::Disconnected {

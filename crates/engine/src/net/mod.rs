@@ -15,3 +15,6 @@ pub mod connect;
 pub mod control;
 pub mod handshake;
 pub mod transport;
+
+#[cfg(test)]
+mod tests;
