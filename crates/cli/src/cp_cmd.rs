@@ -5,15 +5,16 @@ use crate::plan_cmd::{parse_bytes, JobArgs, Side};
 use crate::topo_cmd::load_machine;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use sluice_engine::client::{copy, CopyConfig, Endpoint, UsageError};
+use sluice_engine::client::{copy, CopyConfig, CopyError, Endpoint};
 use sluice_engine::daemon::{serve, ServeConfig};
+use sluice_engine::options::advertised_addresses;
 use sluice_engine::stats::Stats;
 use sluice_engine::{Pipeline, Runtime, SessionOptions};
 use sluice_placement::Plan;
 use sluice_topology::Machine;
-use sluice_wire::Token;
+use sluice_wire::{Recovery, Token};
 use std::io::IsTerminal;
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -155,41 +156,29 @@ fn runtime_on(
     ))
 }
 
-/// One address for each NIC of `plan`'s channels that has one: its first IPv4 address,
-/// or (listening on IPv6, which also takes IPv4) its first IPv6 address that is not
-/// link-local (those need a scope the client cannot know).
-fn nic_addresses(machine: &Machine, plan: &Plan, ipv6: bool) -> Vec<(String, IpAddr)> {
-    let mut out: Vec<(String, IpAddr)> = Vec::new();
-    for name in plan.channels.iter().flat_map(|c| c.nics.iter()) {
-        if out.iter().any(|(n, _)| n == name) {
-            continue;
-        }
-        let Some(nic) = machine.nic(name) else {
-            continue;
-        };
-        let ips: Vec<IpAddr> = nic
-            .addresses
-            .iter()
-            .filter_map(|a| a.parse().ok())
-            .collect();
-        let v4 = ips.iter().find(|ip| ip.is_ipv4());
-        let v6 = ips.iter().find(|ip| match ip {
-            IpAddr::V6(v6) => !v6.is_unicast_link_local() && !v6.is_unspecified(),
-            IpAddr::V4(_) => false,
-        });
-        if let Some(ip) = v4.or(v6.filter(|_| ipv6)) {
-            out.push((name.clone(), *ip));
-        }
-    }
-    out
-}
-
 fn unbind(plan: &mut Plan) {
     for ch in &mut plan.channels {
         ch.numa_node = None;
         for t in &mut ch.threads {
             t.cpus = None;
         }
+    }
+}
+
+/// Says the daemon is ready: its address and plan as one JSON line (`--json`), or one
+/// line on stderr.
+fn announce(args: &ServeArgs, addr: SocketAddr, plan: &Plan) {
+    if args.json {
+        let v = serde_json::json!({ "listen": addr.to_string(), "root": args.root, "plan": plan });
+        let _ = crate::output::stdout(&(format!("{v}") + "\n"));
+    } else {
+        crate::output::stderr_line(&format!(
+            "sluice: serving {} on {addr} (policy {}, {} channel(s), {} MiB of buffers)",
+            args.root.display(),
+            plan.policy,
+            plan.channels.len(),
+            plan.buffer_bytes() >> 20
+        ));
     }
 }
 
@@ -208,39 +197,27 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
             args.root.display()
         )));
     }
-    // A daemon may be asked to compress or decompress by any session.
+    // A daemon may be asked to compress or decompress by any session: codec threads
+    // are always planned (the counts are `JobArgs::job`'s, which the codec's plan
+    // decides).
     let job = JobArgs {
-        compressing: true,
+        compressing: sluice_engine::codec::Planner::Daemon.compressing(),
         ..args.job.clone()
     };
     let machine = load_machine(&args.topology)?;
     let runtime = runtime_on(&machine, &job, &args.topology, Side::Both)?;
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    // Listening on every address, the daemon can tell each data connection which NIC
-    // to use: the one of the channel that serves it.
-    let nic_addresses = if args.listen.ip().is_unspecified() && args.topology == "this" {
-        nic_addresses(&machine, runtime.plan(), args.listen.is_ipv6())
-    } else {
-        Vec::new()
-    };
+    let nic_addresses = advertised_addresses(
+        &machine,
+        runtime.plan(),
+        args.listen,
+        args.topology == "this",
+    );
     for (nic, ip) in &nic_addresses {
         tracing::info!("advertising {ip} for the data connections of the channel of {nic}");
     }
-    let addr = listener.local_addr()?;
-    let plan = runtime.plan();
-    if args.json {
-        let v = serde_json::json!({ "listen": addr.to_string(), "root": args.root, "plan": plan });
-        let _ = crate::output::stdout(&(format!("{v}") + "\n"));
-    } else {
-        crate::output::stderr_line(&format!(
-            "sluice: serving {} on {addr} (policy {}, {} channel(s), {} MiB of buffers)",
-            args.root.display(),
-            plan.policy,
-            plan.channels.len(),
-            plan.buffer_bytes() >> 20
-        ));
-    }
+    announce(args, listener.local_addr()?, runtime.plan());
     let cfg = ServeConfig {
         root: args.root.clone(),
         token,
@@ -254,57 +231,80 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::Ok)
 }
 
+/// The options every command that moves data takes from its job flags.
+pub fn job_options(job: &JobArgs) -> Result<SessionOptions> {
+    let chunk_bytes = parse_bytes("--chunk-size", &job.chunk_size)?;
+    let chunk_bytes = u32::try_from(chunk_bytes)
+        .map_err(|_| bad_input(format!("--chunk-size {chunk_bytes} is larger than 64 MiB")))?;
+    let streams = u16::try_from(job.streams).map_err(|_| {
+        bad_input(format!(
+            "--streams {} is too many (at most 256)",
+            job.streams
+        ))
+    })?;
+    Ok(SessionOptions {
+        streams: streams.max(1),
+        chunk_bytes,
+        io_threads: job.io_threads.max(1),
+        read_depth: job.read_depth,
+        ..SessionOptions::default()
+    })
+}
+
+impl CpArgs {
+    /// `cp`'s flags as a session's options: the one conversion from the command line.
+    pub fn session_options(&self) -> Result<SessionOptions> {
+        let job = job_options(&self.job)?;
+        Ok(SessionOptions {
+            resume: self.resume,
+            no_clobber: self.no_clobber,
+            update: self.update,
+            fsync: self.fsync,
+            verify: self.verify,
+            recursive: self.recursive,
+            compress: self.compress.parse().map_err(bad_input)?,
+            pipeline: self.pipeline.into(),
+            direct: !self.buffered,
+            chunk_acks: true,
+            ..job
+        })
+    }
+
+    /// What to copy: the endpoints as typed, the options, the secret.
+    fn copy_config(&self) -> Result<CopyConfig> {
+        let (dest, sources) = self
+            .paths
+            .split_last()
+            .ok_or_else(|| bad_input("cp needs SRC... DST"))?;
+        let dest = Endpoint::parse(dest).map_err(bad_input)?;
+        let sources = sources
+            .iter()
+            .map(|s| Endpoint::parse(s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(bad_input)?;
+        let opts = self.session_options()?;
+        let token = self.token_file.as_ref().map(read_token).transpose()?;
+        Ok(CopyConfig {
+            sources,
+            dest,
+            opts,
+            token,
+        })
+    }
+}
+
 /// Runs `sluice cp`.
 pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
-    let (dest, sources) = args
-        .paths
-        .split_last()
-        .ok_or_else(|| bad_input("cp needs SRC... DST"))?;
-    let dest = Endpoint::parse(dest).map_err(bad_input)?;
-    let sources = sources
-        .iter()
-        .map(|s| Endpoint::parse(s))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(bad_input)?;
-    let side = if matches!(dest, Endpoint::Remote { .. }) {
+    let cfg = args.copy_config()?;
+    let side = if matches!(cfg.dest, Endpoint::Remote { .. }) {
         Side::Send
     } else {
         Side::Recv
     };
-    let chunk_bytes = parse_bytes("--chunk-size", &args.job.chunk_size)?;
-    let chunk_bytes = u32::try_from(chunk_bytes)
-        .map_err(|_| bad_input(format!("--chunk-size {chunk_bytes} is larger than 64 MiB")))?;
-    let token = args.token_file.as_ref().map(read_token).transpose()?;
-    let streams = u16::try_from(args.job.streams).map_err(|_| {
-        bad_input(format!(
-            "--streams {} is too many (at most 256)",
-            args.job.streams
-        ))
-    })?;
-    let cfg = CopyConfig {
-        sources,
-        dest,
-        opts: SessionOptions {
-            streams: streams.max(1),
-            chunk_bytes,
-            io_threads: args.job.io_threads.max(1),
-            read_depth: args.job.read_depth,
-            resume: args.resume,
-            no_clobber: args.no_clobber,
-            update: args.update,
-            fsync: args.fsync,
-            verify: args.verify,
-            recursive: args.recursive,
-            compress: args.compress.parse().map_err(bad_input)?,
-            pipeline: args.pipeline.into(),
-            direct: !args.buffered,
-            chunk_acks: true,
-        },
-        chunk_bytes,
-        token,
-    };
+    // Codec threads are planned only where the transfer compresses (the counts are
+    // `JobArgs::job`'s, which the codec's plan decides).
     let job = JobArgs {
-        compressing: cfg.opts.compress != sluice_engine::CompressMode::None,
+        compressing: sluice_engine::codec::Planner::Copy(cfg.opts.compress).compressing(),
         ..args.job.clone()
     };
     let runtime = runtime_for(&job, "this", side)?;
@@ -315,12 +315,7 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
         done.store(true, std::sync::atomic::Ordering::Relaxed);
         bar.finish_and_clear();
     }
-    if let Err(e) = result {
-        if e.is::<UsageError>() {
-            return Err(bad_input(e));
-        }
-        return Err(anyhow::anyhow!(e));
-    }
+    result.map_err(|e| copy_error(e, cfg.opts.resume))?;
     let summary = stats.summary(runtime.plan());
     if args.json {
         let _ = crate::output::stdout(&(serde_json::to_string(&summary)? + "\n"));
@@ -333,6 +328,39 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
         ExitCode::Ok
     })
 }
+
+/// A failed copy as the command reports it: bad input (exit 2), or a failure (exit 1)
+/// that says how to continue where its class is [`Recovery::Resume`] (what arrived is
+/// kept).
+fn copy_error(e: CopyError, resuming: bool) -> anyhow::Error {
+    match e {
+        CopyError::Usage(u) => bad_input(u),
+        e if e.recovery() == Recovery::Resume => anyhow::Error::new(Resumable {
+            hint: if resuming {
+                "run the same command again to continue"
+            } else {
+                "run the same command with --resume to continue"
+            },
+            err: e,
+        }),
+        e => anyhow::Error::new(e),
+    }
+}
+
+/// A failure a new session can continue from, with the hint that says how.
+#[derive(Debug)]
+struct Resumable {
+    err: CopyError,
+    hint: &'static str,
+}
+
+impl std::fmt::Display for Resumable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.err, self.hint)
+    }
+}
+
+impl std::error::Error for Resumable {}
 
 fn print_summary(s: &sluice_engine::Summary) {
     let mib = s.bytes as f64 / f64::from(1u32 << 20);

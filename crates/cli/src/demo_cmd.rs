@@ -2,6 +2,7 @@
 //! generates a data set (one big file and a tree of small files), pushes it with
 //! `--verify`, compares both trees byte for byte and prints the summary.
 
+use crate::cp_cmd::job_options;
 use crate::exit::ExitCode;
 use crate::plan_cmd::{parse_bytes, JobArgs, Side};
 use crate::topo_cmd::load_machine;
@@ -10,9 +11,10 @@ use clap::Args;
 use sluice_engine::client::{copy, CopyConfig, Endpoint};
 use sluice_engine::daemon::{serve, ServeConfig};
 use sluice_engine::stats::Stats;
-use sluice_engine::{Runtime, SessionOptions};
+use sluice_engine::{Runtime, SessionOptions, Summary};
+use sluice_topology::Machine;
 use std::io::Write;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -131,25 +133,59 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
         None => std::env::temp_dir().join(format!("sluice-demo-{}", std::process::id())),
     };
     let (src, dst) = (dir.join("src"), dir.join("dst"));
-    if dst.exists() {
-        std::fs::remove_dir_all(&dst).with_context(|| format!("clearing {}", dst.display()))?;
-    }
-    std::fs::create_dir_all(&dst)?;
+    prepare(&src, &dst, big, args.small_files)?;
+    let machine = load_machine("this")?;
+    let addr = start_daemon(args, &machine, &dst)?;
     crate::output::stderr_line(&format!(
-        "demo: generating {} MiB + {} small files in {}",
-        big >> 20,
-        args.small_files,
+        "demo: daemon on {addr}, pushing {}/ with --verify",
         src.display()
     ));
-    let (files, bytes) = generate(&src, big, args.small_files)?;
-    crate::output::stderr_line(&format!("demo: {files} files, {} MiB", bytes >> 20));
+    let client_runtime = Arc::new(Runtime::new(args.job.plan(&machine, Side::Send)?)?);
+    let cfg = CopyConfig {
+        sources: vec![Endpoint::Local(format!("{}/", src.display()))],
+        dest: Endpoint::parse(&format!("sluice://{addr}/")).map_err(|e| anyhow::anyhow!(e))?,
+        opts: SessionOptions {
+            recursive: true,
+            verify: true,
+            ..job_options(&args.job)?
+        },
+        token: None,
+    };
+    let stats = Arc::new(Stats::new());
+    copy(&cfg, &client_runtime, &stats)?;
+    let summary = stats.summary(client_runtime.plan());
+    let compared = compare_trees(&src, &dst).context("comparing source and destination")?;
+    report(args, &summary, cfg.opts.streams, compared, &dst)?;
+    Ok(if summary.files_failed > 0 {
+        ExitCode::Failed
+    } else {
+        ExitCode::Ok
+    })
+}
 
-    let machine = load_machine("this")?;
-    let server_runtime = Arc::new(Runtime::new(args.job.plan(&machine, Side::Recv)?)?);
+/// Clears the destination and generates the data set.
+fn prepare(src: &Path, dst: &Path, big: u64, small_files: u32) -> Result<()> {
+    if dst.exists() {
+        std::fs::remove_dir_all(dst).with_context(|| format!("clearing {}", dst.display()))?;
+    }
+    std::fs::create_dir_all(dst)?;
+    crate::output::stderr_line(&format!(
+        "demo: generating {} MiB + {small_files} small files in {}",
+        big >> 20,
+        src.display()
+    ));
+    let (files, bytes) = generate(src, big, small_files)?;
+    crate::output::stderr_line(&format!("demo: {files} files, {} MiB", bytes >> 20));
+    Ok(())
+}
+
+/// Starts a daemon serving `dst` on a loopback port; returns its address.
+fn start_daemon(args: &DemoArgs, machine: &Machine, dst: &Path) -> Result<SocketAddr> {
+    let server_runtime = Arc::new(Runtime::new(args.job.plan(machine, Side::Recv)?)?);
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let cfg = ServeConfig {
-        root: dst.clone(),
+        root: dst.to_path_buf(),
         token: None,
         io_threads: args.job.io_threads,
         read_depth: args.job.read_depth,
@@ -164,58 +200,37 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
                 crate::output::stderr_line(&format!("demo: daemon failed: {e}"));
             }
         })?;
-    crate::output::stderr_line(&format!(
-        "demo: daemon on {addr}, pushing {}/ with --verify",
-        src.display()
-    ));
+    Ok(addr)
+}
 
-    let client_runtime = Arc::new(Runtime::new(args.job.plan(&machine, Side::Send)?)?);
-    let chunk =
-        u32::try_from(parse_bytes("--chunk-size", &args.job.chunk_size)?).unwrap_or(4 << 20);
-    let cfg = CopyConfig {
-        sources: vec![Endpoint::Local(format!("{}/", src.display()))],
-        dest: Endpoint::parse(&format!("sluice://{addr}/")).map_err(|e| anyhow::anyhow!(e))?,
-        opts: SessionOptions {
-            streams: u16::try_from(args.job.streams).unwrap_or(2),
-            chunk_bytes: chunk,
-            io_threads: args.job.io_threads,
-            read_depth: args.job.read_depth,
-            recursive: true,
-            verify: true,
-            ..SessionOptions::default()
-        },
-        chunk_bytes: chunk,
-        token: None,
-    };
-    let stats = Arc::new(Stats::new());
-    copy(&cfg, &client_runtime, &stats).map_err(|e| anyhow::anyhow!(e))?;
-    let summary = stats.summary(client_runtime.plan());
-    let compared = compare_trees(&src, &dst).context("comparing source and destination")?;
+/// Prints the summary (JSON, or two lines).
+fn report(
+    args: &DemoArgs,
+    summary: &Summary,
+    streams: u16,
+    compared: u64,
+    dst: &Path,
+) -> Result<()> {
     if args.json {
-        let _ = crate::output::stdout(&(serde_json::to_string(&summary)? + "\n"));
-    } else {
-        let _ = crate::output::stdout(&(format!(
-            "demo: moved {} files ({} directories, {} links), {:.1} MiB in {:.2} s ({:.1} MiB/s) over {} stream(s), pipeline {}, policy {}",
-            summary.files,
-            summary.dirs,
-            summary.symlinks,
-            summary.bytes as f64 / 1048576.0,
-            summary.seconds,
-            summary.throughput_bytes_per_sec / 1048576.0,
-            cfg.opts.streams,
-            summary.pipeline,
-            summary.plan.policy
-        ) + "\n"));
-        let _ = crate::output::stdout(
-            &(format!(
-                "demo: verified: {compared} files byte-identical in {}",
-                dst.display()
-            ) + "\n"),
-        );
+        let _ = crate::output::stdout(&(serde_json::to_string(summary)? + "\n"));
+        return Ok(());
     }
-    Ok(if summary.files_failed > 0 {
-        ExitCode::Failed
-    } else {
-        ExitCode::Ok
-    })
+    let _ = crate::output::stdout(&(format!(
+        "demo: moved {} files ({} directories, {} links), {:.1} MiB in {:.2} s ({:.1} MiB/s) over {streams} stream(s), pipeline {}, policy {}",
+        summary.files,
+        summary.dirs,
+        summary.symlinks,
+        summary.bytes as f64 / 1048576.0,
+        summary.seconds,
+        summary.throughput_bytes_per_sec / 1048576.0,
+        summary.pipeline,
+        summary.plan.policy
+    ) + "\n"));
+    let _ = crate::output::stdout(
+        &(format!(
+            "demo: verified: {compared} files byte-identical in {}",
+            dst.display()
+        ) + "\n"),
+    );
+    Ok(())
 }

@@ -13,15 +13,9 @@ use std::path::PathBuf;
 /// a checksum finalisation, a syscall) vanish, small enough that a 256 MiB cap still
 /// gives every thread several slots in flight.
 pub const DEFAULT_CHUNK: &str = "4MiB";
-/// Default total buffer memory: sized by the job (see [`AUTO_SLOTS_PER_THREAD`]).
+/// Default total buffer memory: sized by the job (see
+/// [`sluice_engine::options::auto_buffer_bytes`]).
 pub const DEFAULT_BUFFER_MEM: &str = "auto";
-/// `--buffer-mem auto`: chunk slots per data thread. Four keep a thread busy while its
-/// neighbours hold one each (in a queue, on the wire, being written); more only cost
-/// start-up time (every page is touched and locked: about 3 ms per MiB on the VM this
-/// was measured on, 0.6 s for 256 MiB) and memory.
-pub const AUTO_SLOTS_PER_THREAD: u64 = 4;
-/// `--buffer-mem auto`: at least this many slots (a stream needs 3 per connection + 1).
-pub const AUTO_MIN_SLOTS: u64 = 8;
 
 /// Which side of a transfer the plan is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -213,7 +207,8 @@ impl JobArgs {
         Ok(placements)
     }
 
-    /// `--buffer-mem`: a size, or `auto`, sized by the job's data threads.
+    /// `--buffer-mem`: a size, or `auto`, sized by the job's data threads (the engine
+    /// decides how: `sluice_engine::options::auto_buffer_bytes`).
     fn buffer_bytes(&self, threads: &[(Role, u32)], chunk_bytes: u64) -> Result<u64> {
         if self.buffer_mem.trim() != "auto" {
             return parse_size::Config::new()
@@ -227,20 +222,11 @@ impl JobArgs {
                     ))
                 });
         }
-        let data_threads: u64 = threads
-            .iter()
-            .filter(|(role, _)| *role != Role::Control)
-            .map(|(_, n)| u64::from(*n))
-            .sum();
-        // Each io-read thread also holds the slots its reads in flight land in.
-        let reading: u64 = threads
-            .iter()
-            .filter(|(role, _)| *role == Role::IoRead)
-            .map(|(_, n)| u64::from(*n) * u64::from(self.read_depth.max(1) - 1))
-            .sum();
-        Ok((AUTO_SLOTS_PER_THREAD * data_threads + reading)
-            .max(AUTO_MIN_SLOTS)
-            .saturating_mul(chunk_bytes))
+        Ok(sluice_engine::options::auto_buffer_bytes(
+            threads,
+            chunk_bytes,
+            self.read_depth,
+        ))
     }
 
     /// Plans the job on a machine; planner errors are bad input (exit 2).

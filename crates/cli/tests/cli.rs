@@ -6,6 +6,8 @@
 //! the README (`testdata/topologies/...`). Tests that depend on this machine compare
 //! with what the kernel says rather than with fixed numbers.
 
+mod common;
+
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -1010,4 +1012,78 @@ fn demo_moves_and_verifies_its_generated_data_set() {
         }
     }
     assert!(files >= 41, "the big file and 40 small ones: {files}");
+}
+
+#[test]
+fn a_daemon_states_streams_beyond_its_plan_in_one_warning() {
+    // The daemon plans one network thread per direction; a client opens three streams:
+    // the two beyond the plan share its CPUs, and the daemon says so.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).expect("mkdir");
+    let file = dir.path().join("f.bin");
+    std::fs::write(&file, vec![7u8; 3 << 20]).expect("write");
+    let daemon = common::Daemon::start_with(&root, &["--streams", "1"]);
+    let file_s = file.to_str().expect("utf-8");
+    let out = common::cp(
+        &["--json", "--streams", "3", file_s, &daemon.url("f.bin")],
+        None,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).expect("JSON summary");
+    // The client planned its three streams: nothing beyond its own plan.
+    assert_eq!(v["threads_beyond_plan"], serde_json::json!([]), "{v}");
+    let log = daemon.log();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("beyond the plan"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(
+        warned[0].contains("3 net-recv threads asked for, 1 planned"),
+        "{log}"
+    );
+    // Within the plan: no warning.
+    let out = common::cp(&["--streams", "1", file_s, &daemon.url("g.bin")], None);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let log = daemon.log();
+    assert_eq!(log.matches("beyond the plan").count(), 1, "{log}");
+}
+
+#[test]
+fn a_resumable_failure_hints_resume_and_others_do_not() {
+    // A daemon that serves one connection at a time refuses the data connection
+    // (Busy): a new session can continue, and the one-line error says how.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).expect("mkdir");
+    let file = dir.path().join("f.bin");
+    std::fs::write(&file, b"data").expect("write");
+    let file_s = file.to_str().expect("utf-8");
+    let busy = common::Daemon::start_with(&root, &["--max-connections", "1"]);
+    let out = common::cp(&[file_s, &busy.url("f.bin")], None);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("Busy"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("with --resume to continue"),
+        "{}",
+        out.stderr
+    );
+    let out = common::cp(&["--resume", file_s, &busy.url("f.bin")], None);
+    assert!(
+        out.stderr.contains("run the same command again"),
+        "{}",
+        out.stderr
+    );
+    // A missing source cannot be resumed: no hint.
+    let daemon = common::Daemon::start(&root);
+    let local = dir.path().join("back.bin");
+    let out = common::cp(
+        &[&daemon.url("missing"), local.to_str().expect("utf-8")],
+        None,
+    );
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("NotFound"), "{}", out.stderr);
+    assert!(!out.stderr.contains("--resume"), "{}", out.stderr);
 }

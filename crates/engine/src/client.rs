@@ -1,16 +1,15 @@
 //! `sluice cp`: connects to a daemon, opens a session and runs its side of it.
 
-use crate::daemon::{run_role, Connections, Role};
 use crate::error::EngineError;
 use crate::fs::spec::{map_copy, CopyArgs};
-use crate::fs::Root;
+use crate::fs::{FsError, Root};
 use crate::runtime::Runtime;
-use crate::session::{self, DestMap, Opened};
+use crate::session::{self, run_role, Connections, DestMap, Role};
 use crate::source::ScanSpec;
 use crate::stats::Stats;
 use crate::SessionOptions;
-use sluice_wire::{Direction, Open, OpenOptions, Token};
-use std::path::Path;
+use sluice_wire::{Direction, Open, Recovery, Token};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// One side of a copy as the user typed it.
@@ -90,10 +89,8 @@ pub struct CopyConfig {
     pub sources: Vec<Endpoint>,
     /// Destination.
     pub dest: Endpoint,
-    /// Session options.
+    /// Session options (`chunk_bytes`: the chunk size asked for).
     pub opts: SessionOptions,
-    /// Chunk size asked for.
-    pub chunk_bytes: u32,
     /// Shared secret for the daemon.
     pub token: Option<Token>,
 }
@@ -103,90 +100,181 @@ pub struct CopyConfig {
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+/// Why a copy failed: what was asked cannot be done, or doing it failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// An impossible request, found before any connection was made.
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+    /// A failure while copying.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+impl From<FsError> for CopyError {
+    fn from(e: FsError) -> CopyError {
+        CopyError::Engine(e.into())
+    }
+}
+
+impl CopyError {
+    /// What to do about it: a usage error needs another command line; a failure
+    /// tells by its own class ([`EngineError::recovery`]).
+    pub fn recovery(&self) -> Recovery {
+        match self {
+            CopyError::Usage(_) => Recovery::Abort,
+            CopyError::Engine(e) => e.recovery(),
+        }
+    }
+}
+
 /// Runs a copy, counting into `stats` (one session, or one per source for a pull from
 /// several remote sources); `stats.summary()` is the result.
 ///
 /// # Errors
-/// [`UsageError`] (wrapped) for impossible requests; [`EngineError`] for failures.
-pub fn copy(
-    cfg: &CopyConfig,
-    runtime: &Arc<Runtime>,
-    stats: &Arc<Stats>,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// [`CopyError::Usage`] for impossible requests, [`CopyError::Engine`] for failures.
+pub fn copy(cfg: &CopyConfig, runtime: &Arc<Runtime>, stats: &Arc<Stats>) -> Result<(), CopyError> {
     let all_local = cfg.sources.iter().all(|s| matches!(s, Endpoint::Local(_)));
     let all_remote = cfg
         .sources
         .iter()
         .all(|s| matches!(s, Endpoint::Remote { .. }));
     match (&cfg.dest, all_local, all_remote) {
-        (Endpoint::Remote { addr, path }, true, _) => {
-            let several = cfg.sources.len() > 1;
-            let mut specs = Vec::new();
-            for s in &cfg.sources {
-                let Endpoint::Local(p) = s else { unreachable!("checked all local") };
-                specs.push(local_spec(p, cfg.opts.recursive)?);
-            }
-            // Several sources, or a directory's contents, always go into a directory.
-            let into_dir = several || specs.iter().any(|s| s.prefix.is_none());
-            let remote_path =
-                if into_dir && !path.ends_with('/') { format!("{path}/") } else { path.clone() };
-            run_session(addr, Direction::Push, &remote_path, cfg, runtime, Side::Source(specs), stats)
-        }
-        (Endpoint::Local(dst), _, true) => {
-            let several = cfg.sources.len() > 1;
-            let dst_path = Path::new(dst);
-            // A remote source ending in '/' sends its contents: they go into a directory.
-            let contents = cfg
-                .sources
-                .iter()
-                .any(|s| matches!(s, Endpoint::Remote { path, .. } if path.ends_with('/')));
-            let dst_is_dir = dst.ends_with('/') || dst_path.is_dir() || contents;
-            if several && !dst_is_dir {
-                return Err(Box::new(UsageError(format!(
-                    "{dst:?} must be an existing directory (or end with '/') when copying several sources"
-                ))));
-            }
-            let (root_dir, dest) = if dst_is_dir {
-                std::fs::create_dir_all(dst_path)
-                    .map_err(|e| EngineError::io(format!("creating {dst:?}"), e))?;
-                (dst_path.to_path_buf(), DestMap::default())
-            } else {
-                let parent = dst_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-                let name = dst_path
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .ok_or_else(|| UsageError(format!("{dst:?} has no usable file name")))?;
-                (parent.to_path_buf(), DestMap { base: None, rename_top: Some(name.to_string()) })
-            };
-            let root = Arc::new(Root::open(&root_dir)?);
-            for s in &cfg.sources {
-                let Endpoint::Remote { addr, path } = s else { unreachable!("checked all remote") };
-                let side = Side::Sink { root: Arc::clone(&root), dest: dest.clone() };
-                run_session(addr, Direction::Pull, path, cfg, runtime, side, stats)?;
-            }
-            Ok(())
-        }
-        (Endpoint::Local(_), true, _) => Err(Box::new(UsageError(
+        (Endpoint::Remote { addr, path }, true, _) => push(cfg, addr, path, runtime, stats),
+        (Endpoint::Local(dst), _, true) => pull(cfg, dst, runtime, stats),
+        (Endpoint::Local(_), true, _) => Err(UsageError(
             "both sides are local: sluice moves data between hosts; use a sluice:// URL for one side".into(),
-        ))),
-        _ => Err(Box::new(UsageError(
+        ).into()),
+        _ => Err(UsageError(
             "sources must be all local (push) or all remote (pull), and the destination the other kind".into(),
-        ))),
+        ).into()),
     }
+}
+
+/// Pushes every (local) source to `path` on the daemon at `addr`, in one session.
+fn push(
+    cfg: &CopyConfig,
+    addr: &str,
+    path: &str,
+    runtime: &Arc<Runtime>,
+    stats: &Arc<Stats>,
+) -> Result<(), CopyError> {
+    let mut specs = Vec::with_capacity(cfg.sources.len());
+    for s in &cfg.sources {
+        let Endpoint::Local(p) = s else {
+            unreachable!("checked all local")
+        };
+        specs.push(local_spec(p, cfg.opts.recursive)?);
+    }
+    // Several sources, or a directory's contents, always go into a directory: the
+    // daemon reads that from the trailing '/' (its half of the rule).
+    let into_dir = cfg.sources.len() > 1 || specs.iter().any(|s| s.prefix.is_none());
+    let remote_path = if into_dir && !path.ends_with('/') {
+        format!("{path}/")
+    } else {
+        path.to_string()
+    };
+    let started = start_session(addr, Direction::Push, &remote_path, cfg, runtime, stats)?;
+    started.run(Role::Source(specs), runtime, stats)
+}
+
+/// Pulls every (remote) source into the local `dst`, one session per source. The
+/// destination is created only once the first daemon has accepted (a refused pull
+/// leaves nothing behind, as `cp` leaves nothing when its source is missing).
+fn pull(
+    cfg: &CopyConfig,
+    dst: &str,
+    runtime: &Arc<Runtime>,
+    stats: &Arc<Stats>,
+) -> Result<(), CopyError> {
+    let target = pull_destination(cfg, dst)?;
+    // An existing directory is opened (and checked) before any connection is made.
+    let mut root = match target.create {
+        false => Some(Arc::new(target.open()?)),
+        true => None,
+    };
+    for s in &cfg.sources {
+        let Endpoint::Remote { addr, path } = s else {
+            unreachable!("checked all remote")
+        };
+        let started = start_session(addr, Direction::Pull, path, cfg, runtime, stats)?;
+        let root = match &root {
+            Some(r) => Arc::clone(r),
+            None => Arc::clone(root.insert(Arc::new(target.open()?))),
+        };
+        let dest = target.dest.clone();
+        started.run(Role::Sink { root, dest }, runtime, stats)?;
+    }
+    Ok(())
+}
+
+/// Where a pull writes: the local directory to open as the sink's root (created first
+/// when `create`), and where entries land under it.
+#[derive(Debug)]
+struct PullTarget {
+    dir: PathBuf,
+    create: bool,
+    dest: DestMap,
+}
+
+impl PullTarget {
+    fn open(&self) -> Result<Root, EngineError> {
+        if self.create {
+            std::fs::create_dir_all(&self.dir)
+                .map_err(|e| EngineError::io(format!("creating {:?}", self.dir), e))?;
+        }
+        Ok(Root::open(&self.dir)?)
+    }
+}
+
+/// The local target of a pull, by the rules the daemon applies to a push
+/// ([`session::dest_is_directory`]): a source sent as its contents (a trailing '/', or
+/// the daemon's root, which has no name) needs a directory, created if missing; several
+/// sources need one that exists or ends in '/'.
+fn pull_destination(cfg: &CopyConfig, dst: &str) -> Result<PullTarget, UsageError> {
+    let several = cfg.sources.len() > 1;
+    let dst_path = Path::new(dst);
+    let contents = cfg
+        .sources
+        .iter()
+        .any(|s| matches!(s, Endpoint::Remote { path, .. } if session::sends_contents(path)));
+    if session::dest_is_directory(dst, dst_path.is_dir(), contents) {
+        return Ok(PullTarget {
+            dir: dst_path.to_path_buf(),
+            create: true,
+            dest: DestMap::default(),
+        });
+    }
+    if several {
+        return Err(UsageError(format!(
+            "{dst:?} must be an existing directory (or end with '/') when copying several sources"
+        )));
+    }
+    let parent = dst_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = dst_path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| UsageError(format!("{dst:?} has no usable file name")))?;
+    Ok(PullTarget {
+        dir: parent.to_path_buf(),
+        create: false,
+        dest: DestMap {
+            base: None,
+            rename_top: Some(name.to_string()),
+        },
+    })
 }
 
 /// The scan spec of a local source path, by the rules of [`crate::fs::spec`] (a trailing
 /// '/' sends a directory's contents; otherwise the entry keeps its name). The daemon
 /// applies the destination half of the rules, where the destination is.
-fn local_spec(
-    p: &str,
-    recursive: bool,
-) -> Result<ScanSpec, Box<dyn std::error::Error + Send + Sync>> {
+fn local_spec(p: &str, recursive: bool) -> Result<ScanSpec, CopyError> {
     let meta = std::fs::metadata(p).map_err(|e| EngineError::io(format!("reading {p:?}"), e))?;
     if meta.is_dir() && !recursive {
-        return Err(Box::new(UsageError(format!(
-            "{p:?} is a directory: use -r to copy it"
-        ))));
+        return Err(UsageError(format!("{p:?} is a directory: use -r to copy it")).into());
     }
     let mapping = map_copy(&CopyArgs {
         source: p,
@@ -204,75 +292,50 @@ fn local_spec(
     })
 }
 
-enum Side {
-    Source(Vec<ScanSpec>),
-    Sink { root: Arc<Root>, dest: DestMap },
+/// A session this client opened, its options settled with the daemon's `Accept`.
+struct Started {
+    conns: Connections,
+    opts: SessionOptions,
 }
 
-fn run_session(
+impl Started {
+    /// Runs this side of the session.
+    fn run(self, role: Role, runtime: &Arc<Runtime>, stats: &Arc<Stats>) -> Result<(), CopyError> {
+        let chunk_bytes = self.opts.chunk_bytes;
+        run_role(role, runtime, &self.opts, chunk_bytes, self.conns, stats)?;
+        Ok(())
+    }
+}
+
+/// Opens a session with the daemon at `addr` for `path` and settles its options with
+/// the daemon's `Accept`.
+fn start_session(
     addr: &str,
     direction: Direction,
     path: &str,
     cfg: &CopyConfig,
     runtime: &Arc<Runtime>,
-    side: Side,
-    stats: &Arc<Stats>,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    stats: &Stats,
+) -> Result<Started, CopyError> {
     let open = Open {
         direction,
         path: path.to_string(),
-        options: OpenOptions {
-            streams: cfg.opts.streams,
-            chunk_bytes: cfg.chunk_bytes,
-            resume: cfg.opts.resume,
-            no_clobber: cfg.opts.no_clobber,
-            update: cfg.opts.update,
-            fsync: cfg.opts.fsync,
-            verify: cfg.opts.verify,
-            recursive: cfg.opts.recursive,
-            compress: match cfg.opts.compress {
-                crate::CompressMode::None => sluice_wire::Compression::None,
-                crate::CompressMode::Zstd(_) => sluice_wire::Compression::Zstd,
-                crate::CompressMode::Lz4 | crate::CompressMode::Auto => {
-                    sluice_wire::Compression::Lz4
-                }
-            },
-            direct: cfg.opts.direct,
-        },
+        options: cfg.opts.open_options(),
     };
-    let Opened {
-        reader,
-        writer,
-        accept,
-        data: conns,
-        capabilities,
-    } = session::open_session(addr, cfg.token.clone(), open)?;
-    let control_stream = writer.stream_clone()?;
-    let mut opts = cfg.opts.clone();
-    opts.streams = accept.streams();
-    opts.chunk_acks = capabilities.contains(sluice_wire::Capabilities::CHUNK_ACKS);
-    if accept.chunk_bytes > runtime.chunk_bytes()
-        || !sluice_wire::is_valid_chunk_bytes(accept.chunk_bytes)
-    {
-        return Err(Box::new(EngineError::Handshake {
+    let opened = session::open_session(addr, cfg.token.clone(), open)?;
+    let opts = cfg
+        .opts
+        .accepted(&opened.accept, opened.capabilities, runtime.chunk_bytes())
+        .map_err(|message| EngineError::Handshake {
             peer: addr.to_string(),
-            message: format!(
-                "the daemon chose {}-byte chunks; this side's slots hold {}",
-                accept.chunk_bytes,
-                runtime.chunk_bytes()
-            ),
-        }));
-    }
-    opts.chunk_bytes = accept.chunk_bytes;
-    let role = match side {
-        Side::Source(specs) => Role::Source(specs),
-        Side::Sink { root, dest } => Role::Sink { root, dest },
-    };
+            message,
+        })?;
+    let sends = direction == Direction::Push;
+    session::state_threads_beyond_plan(runtime, &opts, sends, stats, "this side");
     let conns = Connections {
-        reader,
-        control_stream,
-        data: conns,
+        control_stream: opened.writer.stream_clone()?,
+        reader: opened.reader,
+        data: opened.data,
     };
-    run_role(role, runtime, &opts, accept.chunk_bytes, conns, stats)?;
-    Ok(())
+    Ok(Started { conns, opts })
 }

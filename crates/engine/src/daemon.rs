@@ -3,23 +3,25 @@
 //! Every connection starts with one frame: `Hello` opens a control connection (a new
 //! session), `Join` attaches a data connection to a session that is waiting for its
 //! streams. A malformed frame, a wrong secret or a failed session ends that connection
-//! only; the daemon keeps serving.
+//! only; the daemon keeps serving. The protocol's server side is [`crate::net::accept`];
+//! a session, once its connections are up, runs as `session::run_role` does it.
 
-use crate::control::{spawn_reader, spawn_writer, Wiring};
 use crate::error::EngineError;
-use crate::fs::Root;
+use crate::fs::{EntryKind, Root};
+use crate::net::accept;
+use crate::options::{ServerSide, SessionOptions};
 use crate::runtime::Runtime;
-use crate::session::{self, source_start, DestMap, HANDSHAKE_TIMEOUT};
+use crate::session::{self, run_role, source_start, Connections, DestMap, Role, HANDSHAKE_TIMEOUT};
 use crate::source::ScanSpec;
 use crate::stats::Stats;
-use crate::transport::{self, ChunkReceiver, ChunkSender, FrameReader, FrameWriter};
-use crate::SessionOptions;
-use crossbeam_channel::{bounded, Sender};
+use crate::transport::{self, FrameReader, FrameWriter};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_placement::Role as PlanRole;
 use sluice_wire::{
-    Accept, Addresses, Direction, ErrorCode, ErrorFrame, Frame, JoinTable, StreamAddress, Token,
-    MAX_STREAMS,
+    Accept, Addresses, Capabilities, Direction, ErrorCode, ErrorFrame, Established, Frame, Join,
+    JoinTable, Open, StreamAddress, Token,
 };
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -114,72 +116,50 @@ pub fn serve(listener: TcpListener, cfg: ServeConfig) -> Result<(), EngineError>
         port,
     });
     for conn in listener.incoming() {
-        let stream = match conn {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("accept failed: {e}");
-                continue;
-            }
-        };
-        if daemon.connections.fetch_add(1, Ordering::SeqCst) >= daemon.cfg.max_connections {
-            daemon.connections.fetch_sub(1, Ordering::SeqCst);
-            let mut w = FrameWriter::new(stream);
-            let _ = w.send(&ErrorFrame::new(
-                ErrorCode::Busy,
-                "too many connections; try again later",
-            ));
-            continue;
-        }
-        let d = Arc::clone(&daemon);
-        let spawned = std::thread::Builder::new()
-            .name("conn".into())
-            .spawn(move || {
-                let peer = transport::peer_name(&stream);
-                if let Err(e) = d.handle(stream) {
-                    tracing::warn!("{peer}: {e}");
-                }
-                d.connections.fetch_sub(1, Ordering::SeqCst);
-            });
-        if let Err(e) = spawned {
-            tracing::warn!("cannot start a connection thread: {e}");
-            daemon.connections.fetch_sub(1, Ordering::SeqCst);
+        match conn {
+            Ok(stream) => admit(&daemon, stream),
+            Err(e) => tracing::warn!("accept failed: {e}"),
         }
     }
     Ok(())
 }
 
+/// Serves `stream` on a thread of its own, or refuses it (`Busy`) when the daemon
+/// already serves `max_connections`.
+fn admit(daemon: &Arc<Daemon>, stream: TcpStream) {
+    if daemon.connections.fetch_add(1, Ordering::SeqCst) >= daemon.cfg.max_connections {
+        daemon.connections.fetch_sub(1, Ordering::SeqCst);
+        let mut w = FrameWriter::new(stream);
+        let _ = w.send(&ErrorFrame::new(
+            ErrorCode::Busy,
+            "too many connections; try again later",
+        ));
+        return;
+    }
+    let d = Arc::clone(daemon);
+    let spawned = std::thread::Builder::new()
+        .name("conn".into())
+        .spawn(move || {
+            let peer = transport::peer_name(&stream);
+            if let Err(e) = d.handle(stream) {
+                tracing::warn!("{peer}: {e}");
+            }
+            d.connections.fetch_sub(1, Ordering::SeqCst);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start a connection thread: {e}");
+        daemon.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Daemon {
     fn handle(&self, stream: TcpStream) -> Result<(), EngineError> {
-        let _ = transport::tune(&stream, false);
-        let writer_stream = stream
-            .try_clone()
-            .map_err(|e| EngineError::io("cloning a socket", e))?;
-        let mut writer = FrameWriter::new(writer_stream);
-        let mut reader = FrameReader::new(stream);
-        let _ = reader.set_timeout(Some(HANDSHAKE_TIMEOUT));
-        let first = match reader.next("waiting for the first frame") {
-            Ok(Some(f)) => f,
-            Ok(None) => return Ok(()),
-            Err(e) => {
-                let _ = writer.send(&ErrorFrame::new(e.code(), e.to_string()));
-                return Err(e);
-            }
-        };
-        match first {
-            Frame::Join(join) => self.join(join, reader, writer),
-            hello @ Frame::Hello(_) => {
-                let told = std::cell::Cell::new(false);
-                let result = self.session(hello, &mut reader, &mut writer, &told);
-                if let Err(e) = &result {
-                    // One Error frame, then close: only if the session did not send it.
-                    if !told.get() {
-                        let msg = crate::sink::redact_root(&wire_message(e), &self.root);
-                        let _ = writer.send(&ErrorFrame::new(e.code(), msg));
-                    }
-                }
-                result
-            }
-            other => {
+        let (mut reader, mut writer) = accept::incoming(stream)?;
+        match accept::read_first(&mut reader, &mut writer)? {
+            None => Ok(()),
+            Some(Frame::Join(join)) => self.join(&join, reader, writer),
+            Some(hello @ Frame::Hello(_)) => self.control(hello, &mut reader, &mut writer),
+            Some(other) => {
                 let msg = format!("expected Hello or Join, got {}", other.frame_type().name());
                 let _ = writer.send(&ErrorFrame::new(ErrorCode::BadFrame, &msg));
                 Err(EngineError::Unexpected {
@@ -191,10 +171,30 @@ impl Daemon {
         }
     }
 
-    /// A data connection presenting a session's secret.
+    /// A control connection: runs its session and reports a failure to the client in
+    /// one `Error` frame, unless the session already sent it.
+    fn control(
+        &self,
+        hello: Frame,
+        reader: &mut FrameReader,
+        writer: &mut FrameWriter,
+    ) -> Result<(), EngineError> {
+        let told = Cell::new(false);
+        let result = self.session(hello, reader, writer, &told);
+        if let Err(e) = &result {
+            if !told.get() {
+                let msg = crate::sink::redact_root(&wire_message(e), &self.root);
+                let _ = writer.send(&ErrorFrame::new(e.code(), msg));
+            }
+        }
+        result
+    }
+
+    /// A data connection presenting a session's secret: answered against that
+    /// session's join table, then handed to the session's control thread.
     fn join(
         &self,
-        join: sluice_wire::Join,
+        join: &Join,
         reader: FrameReader,
         mut writer: FrameWriter,
     ) -> Result<(), EngineError> {
@@ -211,25 +211,17 @@ impl Daemon {
                 message: format!("join for unknown session {}", join.session_id),
             });
         };
-        let result = p.table.handle(&join, &mut out);
+        let joined = p.table.handle(join, &mut out);
         let streams = p.streams.clone();
         drop(pending);
-        writer.send_raw(&out)?;
-        let joined = result.map_err(|e| EngineError::Handshake {
-            peer: reader.peer().to_string(),
-            message: e.to_string(),
-        })?;
-        let stream = reader.into_inner()?;
-        let _ = stream.set_read_timeout(None);
-        let _ = transport::tune(&stream, true);
+        let (index, stream) = accept::finish_join(joined, &out, reader, &mut writer)?;
         if let (Ok(peer), Ok(local)) = (stream.peer_addr(), stream.local_addr()) {
             tracing::info!(
-                "session {}: data connection {} from {peer} on {local}",
-                join.session_id,
-                joined.stream_index
+                "session {}: data connection {index} from {peer} on {local}",
+                join.session_id
             );
         }
-        let _ = streams.send((joined.stream_index, stream));
+        let _ = streams.send((index, stream));
         Ok(())
     }
 
@@ -240,163 +232,39 @@ impl Daemon {
         hello: Frame,
         reader: &mut FrameReader,
         writer: &mut FrameWriter,
-        told: &std::cell::Cell<bool>,
+        told: &Cell<bool>,
     ) -> Result<(), EngineError> {
         // The handshake state machine answers its own failures with an Error frame.
-        let est = session::server_handshake(hello, reader, writer, self.cfg.token.clone())
-            .inspect_err(|e| told.set(matches!(e, EngineError::Handshake { .. })))?;
-        let open = match reader.next("waiting for Open")? {
-            Some(Frame::Open(o)) => o,
-            Some(other) => {
-                return Err(EngineError::Unexpected {
-                    peer: reader.peer().to_string(),
-                    got: other.frame_type().name().to_string(),
-                    state: "waiting for Open".into(),
-                })
-            }
-            None => return Ok(()),
+        let est = accept::server_handshake(hello, reader, writer, self.cfg.token.clone())
+            .inspect_err(|e| {
+                told.set(matches!(
+                    e,
+                    EngineError::Handshake { .. } | EngineError::HandshakeRefused { .. }
+                ));
+            })?;
+        let Some(open) = accept::read_open(reader)? else {
+            return Ok(());
         };
-        let bad_path = |msg: String| EngineError::Refused {
-            code: ErrorCode::PathOutsideRoot,
-            message: msg,
-        };
-        // Validate the path before anything is allocated or created.
-        let raw = open.path.clone();
-        let runtime = &self.cfg.runtime;
-        let chunk_bytes = open.options.chunk_bytes.min(runtime.chunk_bytes());
-        let streams = open.options.streams.clamp(1, MAX_STREAMS);
-        let opts = SessionOptions {
-            streams,
-            chunk_bytes,
-            io_threads: self.cfg.io_threads,
-            read_depth: self.cfg.read_depth,
-            resume: open.options.resume,
-            no_clobber: open.options.no_clobber,
-            update: open.options.update,
-            fsync: open.options.fsync,
-            verify: open.options.verify,
-            recursive: open.options.recursive,
-            // The client chooses per chunk on a pull too: `auto` when it asked for any.
-            compress: match open.options.compress {
-                sluice_wire::Compression::None => crate::CompressMode::None,
-                _ => crate::CompressMode::Auto,
-            },
-            pipeline: crate::Pipeline::Auto,
-            direct: open.options.direct,
-            chunk_acks: est
-                .capabilities
-                .contains(sluice_wire::Capabilities::CHUNK_ACKS),
-        };
-        let role = match open.direction {
-            Direction::Push => {
-                let root = &self.root;
-                let dest = DestMap::for_destination(&raw, |p| {
-                    root.entry_metadata(p)
-                        .is_ok_and(|m| m.kind == crate::fs::EntryKind::Dir)
-                })
-                .map_err(|m| bad_path(format!("destination {raw:?}: {m}")))?;
-                if let Some(base) = &dest.base {
-                    self.root.create_dir_all(base, 0o755)?;
-                }
-                Role::Sink {
-                    root: Arc::clone(&self.root),
-                    dest,
-                }
-            }
-            Direction::Pull => {
-                let (start, prefix) =
-                    source_start(&raw).map_err(|m| bad_path(format!("source {raw:?}: {m}")))?;
-                if let Some(s) = &start {
-                    if !self.root.exists(s)? {
-                        return Err(EngineError::Refused {
-                            code: ErrorCode::NotFound,
-                            message: format!("{raw:?} does not exist on the server"),
-                        });
-                    }
-                }
-                Role::Source(vec![ScanSpec {
-                    root: Arc::clone(&self.root),
-                    start,
-                    prefix,
-                }])
-            }
-        };
-        let accept = Accept {
-            session_id: u64::from_le_bytes(session::random()?),
-            session_secret: session::random()?,
-            channels: 1,
-            streams_per_channel: streams,
-            chunk_bytes,
-        };
-        let (tx, rx) = bounded(usize::from(streams));
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(
-                accept.session_id,
-                Pending {
-                    table: JoinTable::new(&accept, est.join_key(&accept.session_secret)),
-                    streams: tx,
-                },
-            );
-        let net_role = match open.direction {
-            Direction::Push => PlanRole::NetRecv,
-            Direction::Pull => PlanRole::NetSend,
-        };
-        let plan = runtime.plan();
-        let addresses = stream_addresses(
-            streams,
-            |i| runtime.pool_for(net_role, u32::from(i)).0,
-            |c| {
-                plan.channels
-                    .iter()
-                    .find(|ch| ch.id == c)
-                    .map_or(&[][..], |ch| &ch.nics[..])
-            },
-            &self.cfg.nic_addresses,
-            self.port,
-        );
-        session::send_accept(writer, &est, &accept, addresses)?;
-        // Collect the data connections.
-        let mut conns: Vec<Option<TcpStream>> = (0..streams).map(|_| None).collect();
-        let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
-        let mut got = 0;
-        while got < usize::from(streams) {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match rx.recv_timeout(left) {
-                Ok((i, s)) => {
-                    if let Some(slot) = conns.get_mut(usize::from(i)) {
-                        if slot.replace(s).is_none() {
-                            got += 1;
-                        }
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&accept.session_id);
-        if got < usize::from(streams) {
-            return Err(EngineError::Handshake {
-                peer: reader.peer().to_string(),
-                message: format!("only {got} of {streams} data connections joined in time"),
-            });
-        }
-        let conns: Vec<TcpStream> = conns.into_iter().flatten().collect();
-        let _ = reader.set_timeout(None);
-        let control_stream = writer.stream_clone()?;
-        let reader = std::mem::replace(reader, FrameReader::new(writer.stream_clone()?));
+        let chunk_acks = est.capabilities.contains(Capabilities::CHUNK_ACKS);
+        let opts = SessionOptions::served(&open.options, self.server_side(), chunk_acks);
+        // The path is checked before anything is allocated or created.
+        let role = self.role_for(&open)?;
+        let accept = accept::new_accept(opts.streams, opts.chunk_bytes)?;
         let stats = Arc::new(Stats::new());
+        let sends = open.direction == Direction::Pull;
+        let what = format!("session {}", accept.session_id);
+        session::state_threads_beyond_plan(&self.cfg.runtime, &opts, sends, &stats, &what);
+        let data = self.gather(&est, &accept, open.direction, reader.peer(), writer)?;
+        let _ = reader.set_timeout(None);
         let conns = Connections {
-            reader,
-            control_stream,
-            data: conns,
+            reader: std::mem::replace(reader, FrameReader::new(writer.stream_clone()?)),
+            control_stream: writer.stream_clone()?,
+            data,
         };
         // run_role reports its own failure on the control connection.
         told.set(true);
-        let result = run_role(role, runtime, &opts, chunk_bytes, conns, &stats);
+        let runtime = &self.cfg.runtime;
+        let result = run_role(role, runtime, &opts, opts.chunk_bytes, conns, &stats);
         let s = stats.summary(runtime.plan());
         tracing::info!(
             "session {} done: {} files, {} bytes in {:.2} s, {} failed, io {}",
@@ -409,6 +277,161 @@ impl Daemon {
         );
         result
     }
+
+    /// What the daemon decides for every session.
+    fn server_side(&self) -> ServerSide {
+        ServerSide {
+            slot_bytes: self.cfg.runtime.chunk_bytes(),
+            io_threads: self.cfg.io_threads,
+            read_depth: self.cfg.read_depth,
+        }
+    }
+
+    /// The half of the session this daemon runs for `open`: a sink for a push, a
+    /// source for a pull, with the path checked under the root.
+    fn role_for(&self, open: &Open) -> Result<Role, EngineError> {
+        match open.direction {
+            Direction::Push => self.sink_role(&open.path),
+            Direction::Pull => self.source_role(&open.path),
+        }
+    }
+
+    /// Receives under the destination typed as `raw` (its directory created).
+    fn sink_role(&self, raw: &str) -> Result<Role, EngineError> {
+        let root = &self.root;
+        let dest = DestMap::for_destination(raw, |p| {
+            root.entry_metadata(p)
+                .is_ok_and(|m| m.kind == EntryKind::Dir)
+        })
+        .map_err(|m| bad_path(format!("destination {raw:?}: {m}")))?;
+        if let Some(base) = &dest.base {
+            self.root.create_dir_all(base, 0o755)?;
+        }
+        Ok(Role::Sink {
+            root: Arc::clone(&self.root),
+            dest,
+        })
+    }
+
+    /// Sends the source typed as `raw`, which must exist (and be a directory when its
+    /// contents are asked for: `cp` and rsync refuse `file/`).
+    fn source_role(&self, raw: &str) -> Result<Role, EngineError> {
+        let (start, prefix) =
+            source_start(raw).map_err(|m| bad_path(format!("source {raw:?}: {m}")))?;
+        if let Some(s) = &start {
+            if !self.root.exists(s)? {
+                return Err(EngineError::Refused {
+                    code: ErrorCode::NotFound,
+                    message: format!("{raw:?} does not exist on the server"),
+                });
+            }
+            let kind = self.root.entry_metadata(s)?.kind;
+            if prefix.is_none() && !matches!(kind, EntryKind::Dir | EntryKind::Symlink) {
+                return Err(EngineError::Refused {
+                    code: ErrorCode::NotFound,
+                    message: format!(
+                        "{raw:?} is not a directory, but the trailing '/' asks for its contents"
+                    ),
+                });
+            }
+        }
+        Ok(Role::Source(vec![ScanSpec {
+            root: Arc::clone(&self.root),
+            start,
+            prefix,
+        }]))
+    }
+
+    /// Registers the session for its joins, sends `Accept` (with the address of each
+    /// data connection's NIC), and waits for every data connection to join.
+    fn gather(
+        &self,
+        est: &Established,
+        accept: &Accept,
+        direction: Direction,
+        peer: &str,
+        writer: &mut FrameWriter,
+    ) -> Result<Vec<TcpStream>, EngineError> {
+        let streams = accept.streams();
+        let (tx, rx) = bounded(usize::from(streams));
+        let table = JoinTable::new(accept, est.join_key(&accept.session_secret));
+        self.pending_map()
+            .insert(accept.session_id, Pending { table, streams: tx });
+        let addresses = self.addresses(streams, direction);
+        let sent = accept::send_accept(writer, est, accept, addresses);
+        let data = sent.and_then(|()| collect_streams(&rx, streams, peer));
+        self.pending_map().remove(&accept.session_id);
+        data
+    }
+
+    fn pending_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Where each data connection should go: the NIC of the channel whose network
+    /// thread serves it.
+    fn addresses(&self, streams: u16, direction: Direction) -> Addresses {
+        let runtime = &self.cfg.runtime;
+        let net_role = match direction {
+            Direction::Push => PlanRole::NetRecv,
+            Direction::Pull => PlanRole::NetSend,
+        };
+        let plan = runtime.plan();
+        stream_addresses(
+            streams,
+            |i| runtime.pool_for(net_role, u32::from(i)).0,
+            |c| {
+                plan.channels
+                    .iter()
+                    .find(|ch| ch.id == c)
+                    .map_or(&[][..], |ch| &ch.nics[..])
+            },
+            &self.cfg.nic_addresses,
+            self.port,
+        )
+    }
+}
+
+/// The data connections of a session in stream order, as their joins arrive on `rx`,
+/// within [`HANDSHAKE_TIMEOUT`].
+fn collect_streams(
+    rx: &Receiver<(u16, TcpStream)>,
+    streams: u16,
+    peer: &str,
+) -> Result<Vec<TcpStream>, EngineError> {
+    let mut conns: Vec<Option<TcpStream>> = (0..streams).map(|_| None).collect();
+    let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    let mut got = 0;
+    while got < usize::from(streams) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Ok((i, s)) = rx.recv_timeout(left) else {
+            break;
+        };
+        // The join table admits each index once; a duplicate is not counted.
+        if let Some(slot) = conns.get_mut(usize::from(i)) {
+            if slot.replace(s).is_none() {
+                got += 1;
+            }
+        }
+    }
+    if got < usize::from(streams) {
+        return Err(EngineError::Handshake {
+            peer: peer.to_string(),
+            message: format!("only {got} of {streams} data connections joined in time"),
+        });
+    }
+    let conns: Vec<TcpStream> = conns.into_iter().flatten().collect();
+    debug_assert_eq!(conns.len(), usize::from(streams));
+    Ok(conns)
+}
+
+fn bad_path(message: String) -> EngineError {
+    EngineError::Refused {
+        code: ErrorCode::PathOutsideRoot,
+        message,
+    }
 }
 
 /// The text of the `Error` frame for `e`: a refusal built as [`EngineError::Remote`]
@@ -418,84 +441,6 @@ fn wire_message(e: &EngineError) -> String {
         EngineError::Remote { message, .. } => message.clone(),
         other => other.to_string(),
     }
-}
-
-/// Which half of the session this side runs.
-pub(crate) enum Role {
-    /// Receive into `dest` under `root`.
-    Sink {
-        /// The confined directory written to.
-        root: Arc<Root>,
-        /// Where entries go under it.
-        dest: DestMap,
-    },
-    /// Send these.
-    Source(Vec<ScanSpec>),
-}
-
-/// A session's connections once every data connection has joined.
-pub(crate) struct Connections {
-    /// The control connection's reading half.
-    pub reader: FrameReader,
-    /// A handle of the control connection for the writer thread.
-    pub control_stream: TcpStream,
-    /// The data connections in stream order.
-    pub data: Vec<TcpStream>,
-}
-
-/// Runs one side of a session once its connections are up, counting into `stats`.
-pub(crate) fn run_role(
-    role: Role,
-    runtime: &Arc<Runtime>,
-    opts: &SessionOptions,
-    chunk_bytes: u32,
-    conns: Connections,
-    stats: &Arc<Stats>,
-) -> Result<(), EngineError> {
-    let Connections {
-        reader,
-        control_stream,
-        data: conns,
-    } = conns;
-    // This thread is the session's master (seed 000's MT): it and the control-plane
-    // threads it starts (reader, writer, scanner) run where the plan puts control 0.
-    runtime.pin_current(PlanRole::Control, 0);
-    let events =
-        spawn_reader(reader).map_err(|e| EngineError::io("starting the control reader", e))?;
-    let (control, writer_thread) = spawn_writer(control_stream)
-        .map_err(|e| EngineError::io("starting the control writer", e))?;
-    let root = match &role {
-        Role::Sink { root, .. } => Some(Arc::clone(root)),
-        Role::Source(specs) => specs.first().map(|s| Arc::clone(&s.root)),
-    };
-    let wiring = Wiring {
-        control: &control,
-        events: &events,
-        stats,
-    };
-    let result = match role {
-        Role::Sink { root, dest } => {
-            let conns = conns
-                .into_iter()
-                .map(|c| ChunkReceiver::new(c, chunk_bytes))
-                .collect();
-            crate::sink::run(runtime, root, dest, opts, wiring, conns)
-        }
-        Role::Source(spec) => {
-            let conns = conns.into_iter().map(ChunkSender::new).collect();
-            crate::source::run(runtime, spec, opts, wiring, conns)
-        }
-    };
-    if let Err(e) = &result {
-        let msg = match &root {
-            Some(r) => crate::sink::redact_root(&e.to_string(), r),
-            None => e.to_string(),
-        };
-        control.send(Frame::Error(ErrorFrame::new(e.code(), msg)));
-    }
-    drop(control);
-    let _ = writer_thread.join();
-    result
 }
 
 #[cfg(test)]

@@ -129,7 +129,8 @@ impl Runtime {
     }
 
     /// The planned thread for the `index`-th thread of `role` (wrapping around when a
-    /// session runs more threads of a role than the plan has), with its channel.
+    /// session runs more threads of a role than the plan has: never silently, a session
+    /// states it with `session::state_threads_beyond_plan`), with its channel.
     pub fn thread_plan(&self, role: Role, index: u32) -> Option<(u32, &ThreadPlan)> {
         let planned: Vec<(u32, &ThreadPlan)> = self
             .plan

@@ -1,104 +1,27 @@
-//! Session plumbing shared by the daemon and the client: randomness, the handshake
-//! drivers around `sluice-wire`'s state machines, and destination mapping.
+//! A session once its connections are up, as both drivers (daemon and client) run it:
+//! which half this side plays (`Role`), where a sink puts what arrives ([`DestMap`])
+//! and what a source sends ([`source_start`]): the path rules of both sides in one
+//! place.
+//!
+//! Opening a session is the network layer's ([`crate::net`]); its drivers are
+//! re-exported here at their former paths.
 
+pub use crate::net::accept::send_accept;
+pub use crate::net::connect::{open_session, Opened};
+pub use crate::net::handshake::{client_handshake, random, server_handshake, HANDSHAKE_TIMEOUT};
+
+use crate::control::{spawn_reader, spawn_writer, Wiring};
 use crate::error::EngineError;
-use crate::transport;
-use crate::transport::{FrameReader, FrameWriter};
-use sluice_wire::{
-    Accept, Addresses, Capabilities, ClientConfig, ClientHandshake, ClientJoin, Established, Frame,
-    HandshakeStatus, Open, RelPath, ServerConfig, ServerHandshake, Token,
-};
+use crate::fs::Root;
+use crate::runtime::Runtime;
+use crate::source::ScanSpec;
+use crate::stats::Stats;
+use crate::transport::{ChunkReceiver, ChunkSender, FrameReader};
+use crate::SessionOptions;
+use sluice_placement::Role as PlanRole;
+use sluice_wire::{ErrorFrame, Frame, RelPath};
 use std::net::TcpStream;
-use std::time::Duration;
-
-/// How long the handshake and the joins may take.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Random bytes from the OS.
-///
-/// # Errors
-/// The OS random source failed.
-pub fn random<const N: usize>() -> Result<[u8; N], EngineError> {
-    let mut b = [0u8; N];
-    getrandom::fill(&mut b).map_err(|e| {
-        EngineError::io(
-            "reading the OS random source",
-            std::io::Error::other(e.to_string()),
-        )
-    })?;
-    Ok(b)
-}
-
-fn handshake_error(peer: &str, e: impl std::fmt::Display) -> EngineError {
-    EngineError::Handshake {
-        peer: peer.to_string(),
-        message: e.to_string(),
-    }
-}
-
-/// Runs the client handshake on a fresh control connection.
-///
-/// # Errors
-/// The server refused (version, authentication) or the connection failed.
-pub fn client_handshake(
-    reader: &mut FrameReader,
-    writer: &mut FrameWriter,
-    token: Option<Token>,
-) -> Result<Established, EngineError> {
-    let mut hs = ClientHandshake::new(ClientConfig::new(token), random()?);
-    let mut out = Vec::new();
-    hs.start(&mut out);
-    writer.send_raw(&out)?;
-    loop {
-        let frame = reader
-            .next("handshaking")?
-            .ok_or_else(|| EngineError::Disconnected {
-                peer: reader.peer().to_string(),
-                state: "handshaking".into(),
-            })?;
-        out.clear();
-        let status = hs.handle(&frame, &mut out);
-        if !out.is_empty() {
-            let _ = writer.send_raw(&out);
-        }
-        match status.map_err(|e| handshake_error(reader.peer(), e))? {
-            HandshakeStatus::Done(est) => return Ok(est),
-            HandshakeStatus::InProgress => {}
-        }
-    }
-}
-
-/// Runs the server handshake; `first` is the client's `Hello`, already read.
-///
-/// # Errors
-/// The client failed authentication or spoke another version.
-pub fn server_handshake(
-    first: Frame,
-    reader: &mut FrameReader,
-    writer: &mut FrameWriter,
-    token: Option<Token>,
-) -> Result<Established, EngineError> {
-    let mut hs = ServerHandshake::new(ServerConfig::new(token), random()?);
-    let mut out = Vec::new();
-    let mut frame = first;
-    loop {
-        out.clear();
-        let status = hs.handle(&frame, &mut out);
-        if !out.is_empty() {
-            let _ = writer.send_raw(&out);
-        }
-        match status.map_err(|e| handshake_error(reader.peer(), e))? {
-            HandshakeStatus::Done(est) => return Ok(est),
-            HandshakeStatus::InProgress => {}
-        }
-        frame = reader
-            .next("handshaking")?
-            .ok_or_else(|| EngineError::Disconnected {
-                peer: reader.peer().to_string(),
-                state: "handshaking".into(),
-            })?;
-    }
-}
+use std::sync::Arc;
 
 /// Where the sink puts what arrives: under `base`, with the top-level name replaced by
 /// `rename_top` when the destination named a new file or directory (`cp a b` where `b`
@@ -143,7 +66,7 @@ impl DestMap {
             return Ok(DestMap::default());
         }
         let rel = RelPath::parse(trimmed).map_err(|e| e.to_string())?;
-        if raw.ends_with('/') || is_dir(&rel) {
+        if dest_is_directory(raw, is_dir(&rel), false) {
             return Ok(DestMap {
                 base: Some(rel),
                 rename_top: None,
@@ -156,208 +79,150 @@ impl DestMap {
     }
 }
 
+/// Whether a destination typed as `raw` is a directory that receives the sources under
+/// their own names (rather than the new name of a single source): it ends in '/', is a
+/// root (empty or '/'), `exists_as_dir`, or `into_dir` because several sources or a
+/// directory's contents go there. The one rule both a daemon (push) and a client
+/// (pull) apply.
+pub fn dest_is_directory(raw: &str, exists_as_dir: bool, into_dir: bool) -> bool {
+    raw.ends_with('/') || raw.trim_matches('/').is_empty() || exists_as_dir || into_dir
+}
+
 /// Source-side mapping of a path typed as `raw` under a root: (start, prefix). A
-/// trailing '/' sends a directory's contents; otherwise the entry keeps its own name.
+/// trailing '/' (or a last component '.') sends a directory's contents, and so does the
+/// root itself, which has no name of its own (`sluice://HOST/` and `sluice://HOST`
+/// alike); otherwise the entry keeps its own name.
 ///
 /// # Errors
 /// The path is not a valid relative path.
 pub fn source_start(raw: &str) -> Result<(Option<RelPath>, Option<RelPath>), String> {
-    let trimmed = raw.trim_matches('/');
-    if trimmed.is_empty() {
+    let (body, contents) = match raw.strip_suffix("/.") {
+        Some(body) => (body, true),
+        None => (raw, raw.ends_with('/')),
+    };
+    let trimmed = body.trim_matches('/');
+    if trimmed.is_empty() || trimmed == "." {
         return Ok((None, None));
     }
     let rel = RelPath::parse(trimmed).map_err(|e| e.to_string())?;
-    if raw.ends_with('/') {
+    if contents {
         return Ok((Some(rel), None));
     }
     let name = RelPath::parse(rel.file_name()).map_err(|e| e.to_string())?;
     Ok((Some(rel), Some(name)))
 }
 
-/// A session opened by a client: the control connection, the daemon's `Accept`, and
-/// every data connection joined (in stream order).
-#[derive(Debug)]
-pub struct Opened {
+/// Whether a source typed as `raw` under a root is sent as its contents (no name of its
+/// own under the destination), by the rule of [`source_start`]. A path that rule
+/// refuses counts as named; the daemon refuses it when the session opens.
+pub fn sends_contents(raw: &str) -> bool {
+    source_start(raw).is_ok_and(|(_, prefix)| prefix.is_none())
+}
+
+/// States the threads `opts` makes this side run beyond what `runtime`'s plan placed
+/// (a daemon plans `--streams` network threads, a client may open up to
+/// [`sluice_wire::MAX_STREAMS`]): one warning per role naming both counts, and the same
+/// in `stats` for the `--json` summary. The extra threads share the planned threads'
+/// CPUs ([`Runtime::thread_plan`]); `who` names the session in the warning.
+pub(crate) fn state_threads_beyond_plan(
+    runtime: &Runtime,
+    opts: &SessionOptions,
+    sends: bool,
+    stats: &Stats,
+    who: &str,
+) {
+    let running = crate::options::session_threads(opts, sends);
+    for b in crate::options::beyond_plan(&running, |r| runtime.planned(r)) {
+        tracing::warn!(
+            "{who}: {} {} threads asked for, {} planned: the {} beyond the plan share the planned threads' CPUs",
+            b.running,
+            b.role,
+            b.planned,
+            b.running - b.planned
+        );
+        stats.record_beyond_plan(b);
+    }
+}
+
+/// Which half of the session this side runs.
+pub(crate) enum Role {
+    /// Receive into `dest` under `root`.
+    Sink {
+        /// The confined directory written to.
+        root: Arc<Root>,
+        /// Where entries go under it.
+        dest: DestMap,
+    },
+    /// Send these.
+    Source(Vec<ScanSpec>),
+}
+
+/// A session's connections once every data connection has joined.
+pub(crate) struct Connections {
     /// The control connection's reading half.
     pub reader: FrameReader,
-    /// The control connection's writing half.
-    pub writer: FrameWriter,
-    /// What the daemon accepted.
-    pub accept: Accept,
-    /// The data connections, joined.
+    /// A handle of the control connection for the writer thread.
+    pub control_stream: TcpStream,
+    /// The data connections in stream order.
     pub data: Vec<TcpStream>,
-    /// The capabilities both sides agreed on.
-    pub capabilities: Capabilities,
 }
 
-/// Connects to `addr`, runs the handshake, sends `open`, and joins every data
-/// connection the daemon accepts (used by `cp` and by streams).
-///
-/// # Errors
-/// Connection, handshake, refusal (`Error` frame) or join failures.
-pub fn open_session(addrs: &str, token: Option<Token>, open: Open) -> Result<Opened, EngineError> {
-    // `addrs` may list several addresses of one daemon, comma-separated (one per NIC):
-    // the control connection goes to the first, data connection `i` to address `i mod n`,
-    // so the streams spread over the links the routes lead through.
-    let all: Vec<&str> = addrs.split(',').filter(|a| !a.is_empty()).collect();
-    let addr = all.first().copied().unwrap_or(addrs);
-    let stream = TcpStream::connect(addr)
-        .map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
-    transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
-    let (mut reader, mut writer) = transport::control_halves(stream)?;
-    let est = client_handshake(&mut reader, &mut writer, token)?;
-    let mut open = open;
-    if open.options.direct && !est.capabilities.contains(Capabilities::DIRECT_IO) {
-        tracing::warn!("--direct: the daemon at {addr} does not offer direct I/O; its side goes through its page cache");
-        open.options.direct = false;
-    }
-    writer.send(&Frame::Open(open))?;
-    let accept = expect(&mut reader, addr, "Accept", |f| match f {
-        Frame::Accept(a) => Ok(a),
-        other => Err(other),
-    })?;
-    let advertised = if est.capabilities.contains(Capabilities::ADDRESSES) {
-        expect(&mut reader, addr, "Addresses", |f| match f {
-            Frame::Addresses(a) => Ok(a),
-            other => Err(other),
-        })?
-    } else {
-        Addresses::default()
-    };
-    let key = est.join_key(&accept.session_secret);
-    let mut conns = Vec::new();
-    for i in 0..accept.streams() {
-        let (s, addr) = connect_data(i, &all, addr, &advertised)?;
-        let addr = addr.as_str();
-        transport::tune(&s, true).map_err(|e| EngineError::io("configuring a socket", e))?;
-        let mut join = ClientJoin::new(&accept, &key, i).map_err(|e| EngineError::Handshake {
-            peer: addr.to_string(),
-            message: e.to_string(),
-        })?;
-        let mut out = Vec::new();
-        join.start(&mut out);
-        let mut w = FrameWriter::new(
-            s.try_clone()
-                .map_err(|e| EngineError::io("cloning a socket", e))?,
-        );
-        w.send_raw(&out)?;
-        let mut s = s;
-        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
-            .map_err(|e| EngineError::io("setting a timeout", e))?;
-        // Exactly the answer: on a pull, chunks may follow it at once.
-        let frame = transport::read_one_frame(&mut s, "joining")?.ok_or_else(|| {
-            EngineError::Disconnected {
-                peer: addr.to_string(),
-                state: "joining".into(),
-            }
-        })?;
-        if let Frame::Error(e) = &frame {
-            return Err(EngineError::Remote {
-                code: e.code,
-                message: e.message.clone(),
-            });
-        }
-        join.handle(&frame).map_err(|e| EngineError::Handshake {
-            peer: addr.to_string(),
-            message: e.to_string(),
-        })?;
-        s.set_read_timeout(None)
-            .map_err(|e| EngineError::io("clearing a timeout", e))?;
-        conns.push(s);
-    }
-    reader
-        .set_timeout(None)
-        .map_err(|e| EngineError::io("clearing a timeout", e))?;
-    Ok(Opened {
-        reader,
-        writer,
-        accept,
-        data: conns,
-        capabilities: est.capabilities,
-    })
-}
-
-/// The next frame on the control connection, taken by `want` (which hands back any
-/// other frame): the peer's `Error` is its refusal, another frame is out of place.
-fn expect<T>(
-    reader: &mut FrameReader,
-    peer: &str,
-    what: &str,
-    want: impl FnOnce(Frame) -> Result<T, Frame>,
-) -> Result<T, EngineError> {
-    let state = format!("waiting for {what}");
-    match reader.next(&state)?.map(want) {
-        Some(Ok(v)) => Ok(v),
-        Some(Err(Frame::Error(e))) => Err(EngineError::Remote {
-            code: e.code,
-            message: e.message,
-        }),
-        Some(Err(other)) => Err(EngineError::Unexpected {
-            peer: peer.to_string(),
-            got: other.frame_type().name().to_string(),
-            state,
-        }),
-        None => Err(EngineError::Disconnected {
-            peer: peer.to_string(),
-            state,
-        }),
-    }
-}
-
-/// How long a data connection to an address the daemon advertised may take before the
-/// client falls back to the address it was given.
-const ADVERTISED_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// Opens data connection `i`: to the user's host list when it names several addresses
-/// (`i mod n`), else to the address the daemon advertised for stream `i` (the NIC of
-/// the channel that serves it), falling back to `named` when that one cannot be reached.
-/// Returns the connection and where it went.
-fn connect_data(
-    i: u16,
-    hosts: &[&str],
-    named: &str,
-    advertised: &Addresses,
-) -> Result<(TcpStream, String), EngineError> {
-    let target = match advertised.of(i) {
-        Some(a) if hosts.len() <= 1 => {
-            match TcpStream::connect_timeout(&a, ADVERTISED_CONNECT_TIMEOUT) {
-                Ok(s) => {
-                    tracing::debug!("data connection {i} to {a}, as the daemon advertised");
-                    return Ok((s, a.to_string()));
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        "data connection {i}: the daemon's address {a} cannot be reached ({e}); using {named}"
-                    );
-                    named
-                }
-            }
-        }
-        _ => hosts
-            .get(usize::from(i) % hosts.len().max(1))
-            .copied()
-            .unwrap_or(named),
-    };
-    TcpStream::connect(target)
-        .map(|s| (s, target.to_string()))
-        .map_err(|e| EngineError::io(format!("opening data connection {i} to {target}"), e))
-}
-
-/// Sends `Accept` and, when the client understands it, the `Addresses` that follow it.
-///
-/// # Errors
-/// The control connection failed.
-pub fn send_accept(
-    writer: &mut FrameWriter,
-    est: &Established,
-    accept: &Accept,
-    addresses: Addresses,
+/// Runs one side of a session once its connections are up, counting into `stats`. A
+/// failure is reported to the peer in one `Error` frame (naming paths relative to the
+/// root) before it is returned.
+pub(crate) fn run_role(
+    role: Role,
+    runtime: &Arc<Runtime>,
+    opts: &SessionOptions,
+    chunk_bytes: u32,
+    conns: Connections,
+    stats: &Arc<Stats>,
 ) -> Result<(), EngineError> {
-    writer.send(&Frame::Accept(accept.clone()))?;
-    if est.capabilities.contains(Capabilities::ADDRESSES) {
-        writer.send(&Frame::Addresses(addresses))?;
+    debug_assert!(chunk_bytes <= runtime.chunk_bytes(), "chunks fit the slots");
+    let Connections {
+        reader,
+        control_stream,
+        data: conns,
+    } = conns;
+    // This thread is the session's master (seed 000's MT): it and the control-plane
+    // threads it starts (reader, writer, scanner) run where the plan puts control 0.
+    runtime.pin_current(PlanRole::Control, 0);
+    let events =
+        spawn_reader(reader).map_err(|e| EngineError::io("starting the control reader", e))?;
+    let (control, writer_thread) = spawn_writer(control_stream)
+        .map_err(|e| EngineError::io("starting the control writer", e))?;
+    let root = match &role {
+        Role::Sink { root, .. } => Some(Arc::clone(root)),
+        Role::Source(specs) => specs.first().map(|s| Arc::clone(&s.root)),
+    };
+    let wiring = Wiring {
+        control: &control,
+        events: &events,
+        stats,
+    };
+    let result = match role {
+        Role::Sink { root, dest } => {
+            let conns = conns
+                .into_iter()
+                .map(|c| ChunkReceiver::new(c, chunk_bytes))
+                .collect();
+            crate::sink::run(runtime, root, dest, opts, wiring, conns)
+        }
+        Role::Source(spec) => {
+            let conns = conns.into_iter().map(ChunkSender::new).collect();
+            crate::source::run(runtime, spec, opts, wiring, conns)
+        }
+    };
+    if let Err(e) = &result {
+        let msg = match &root {
+            Some(r) => crate::sink::redact_root(&e.to_string(), r),
+            None => e.to_string(),
+        };
+        control.send(Frame::Error(ErrorFrame::new(e.code(), msg)));
     }
-    Ok(())
+    drop(control);
+    let _ = writer_thread.join();
+    result
 }
 
 #[cfg(test)]
@@ -394,5 +259,34 @@ mod tests {
         );
         assert_eq!(source_start("/").unwrap(), (None, None));
         assert!(source_start("../x").is_err());
+        assert_eq!(
+            source_start("a/data/.").unwrap(),
+            (Some(rp("a/data")), None)
+        );
+    }
+
+    #[test]
+    fn regression_pull_root_into_a_new_directory_sends_contents() {
+        // `sluice cp -r sluice://HOST/ new` and `sluice://HOST new`: the root has no
+        // name, so it is always sent as its contents, into a directory.
+        for raw in ["", "/", ".", "./"] {
+            assert_eq!(source_start(raw).unwrap(), (None, None), "{raw:?}");
+            assert!(sends_contents(raw), "{raw:?}");
+        }
+        assert!(sends_contents("sub/"));
+        assert!(!sends_contents("sub"));
+        assert!(!sends_contents("../x"));
+        assert!(dest_is_directory("new", false, sends_contents("")));
+        assert!(!dest_is_directory("new", false, sends_contents("sub")));
+    }
+
+    #[test]
+    fn a_destination_is_a_directory_by_slash_root_existence_or_need() {
+        assert!(dest_is_directory("d/", false, false));
+        assert!(dest_is_directory("", false, false));
+        assert!(dest_is_directory("/", false, false));
+        assert!(dest_is_directory("d", true, false));
+        assert!(dest_is_directory("d", false, true));
+        assert!(!dest_is_directory("d", false, false));
     }
 }

@@ -1,5 +1,6 @@
 //! Counters and the per-file report of a session, turned into the `--json` summary.
 
+use crate::options::BeyondPlan;
 use serde::Serialize;
 use sluice_wire::FileEntry;
 use std::collections::BTreeMap;
@@ -64,6 +65,7 @@ struct Inner {
     io_mode: &'static str,
     read_depth: u32,
     codec_threads: u32,
+    beyond_plan: Vec<BeyondPlan>,
 }
 
 /// Thread-safe session statistics.
@@ -270,6 +272,18 @@ impl Stats {
         )
     }
 
+    /// Records threads of one role that run beyond the plan (the most per role, over
+    /// every session this side ran).
+    pub fn record_beyond_plan(&self, b: BeyondPlan) {
+        debug_assert!(b.running > b.planned, "only threads beyond the plan");
+        let mut i = self.inner();
+        match i.beyond_plan.iter_mut().find(|x| x.role == b.role) {
+            Some(x) if x.running >= b.running => {}
+            Some(x) => *x = b,
+            None => i.beyond_plan.push(b),
+        }
+    }
+
     /// The summary object printed by `--json`.
     pub fn summary(&self, plan: &sluice_placement::Plan) -> Summary {
         let seconds = self.started.elapsed().as_secs_f64();
@@ -301,6 +315,7 @@ impl Stats {
             io_mode: i.io_mode,
             read_depth: i.read_depth,
             codec_threads: i.codec_threads,
+            threads_beyond_plan: i.beyond_plan.clone(),
             channels: i.channels.clone(),
             plan: plan.clone(),
             failures: i.failures.clone(),
@@ -352,6 +367,9 @@ pub struct Summary {
     /// Compress (this side sends) or decompress (this side receives) threads the session
     /// ran as a stage of their own; 0: the I/O or network threads did it themselves.
     pub codec_threads: u32,
+    /// Roles whose threads this side ran beyond those its plan placed (the extra ones
+    /// share the planned threads' CPUs); empty when the plan held every thread.
+    pub threads_beyond_plan: Vec<BeyondPlan>,
     /// Per-channel figures of this side.
     pub channels: BTreeMap<u32, ChannelFigures>,
     /// The plan this side used.
@@ -364,4 +382,45 @@ pub struct Summary {
     pub file_report: Vec<FileRow>,
     /// Whether `file_report` was cut at its limit.
     pub file_report_truncated: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn beyond(role: &str, planned: u32, running: u32) -> BeyondPlan {
+        BeyondPlan {
+            role: role.into(),
+            planned,
+            running,
+        }
+    }
+
+    #[test]
+    fn threads_beyond_the_plan_keep_the_most_per_role_in_the_summary() {
+        let stats = Stats::new();
+        let plan = sluice_placement::Plan {
+            policy: sluice_placement::Policy::Os,
+            requested_policy: sluice_placement::Policy::Os,
+            chunk_bytes: 1 << 20,
+            channels: Vec::new(),
+            notes: Vec::new(),
+            explain: Vec::new(),
+        };
+        assert!(stats.summary(&plan).threads_beyond_plan.is_empty());
+        stats.record_beyond_plan(beyond("net-recv", 2, 4));
+        stats.record_beyond_plan(beyond("net-recv", 2, 3));
+        stats.record_beyond_plan(beyond("io-write", 1, 2));
+        stats.record_beyond_plan(beyond("net-recv", 2, 8));
+        let s = stats.summary(&plan);
+        assert_eq!(
+            s.threads_beyond_plan,
+            [beyond("net-recv", 2, 8), beyond("io-write", 1, 2)]
+        );
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            v["threads_beyond_plan"][0],
+            serde_json::json!({"role": "net-recv", "planned": 2, "running": 8})
+        );
+    }
 }

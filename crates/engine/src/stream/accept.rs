@@ -1,13 +1,13 @@
 //! The receiving end's side of a stream's set-up: the control connection's handshake,
-//! the sender's `Open`, the `Accept`, and the data connections' joins. Kept in one
-//! function ([`accept_session`]) so that the daemon can share it.
+//! the sender's `Open`, the `Accept`, and the data connections' joins, through the
+//! server side the daemon uses too (`net::accept`).
 
 use super::total_slots;
 use crate::error::EngineError;
+use crate::net::accept;
 use crate::runtime::Runtime;
-use crate::session::{self, HANDSHAKE_TIMEOUT};
-use crate::transport::{self, FrameReader, FrameWriter};
-use sluice_wire::{Accept, Capabilities, ErrorCode, ErrorFrame, Frame, JoinTable, Open, Token};
+use crate::transport::{FrameReader, FrameWriter};
+use sluice_wire::{Capabilities, JoinTable, Open, Token};
 use std::net::{TcpListener, TcpStream};
 
 /// A session accepted on a listener: its control connection, what was agreed, and the
@@ -33,27 +33,22 @@ pub(super) fn accept_session(
     let (stream, _) = listener
         .accept()
         .map_err(|e| EngineError::io("accepting the sender", e))?;
-    let _ = transport::tune(&stream, false);
-    let (mut reader, mut writer) = transport::control_halves(stream)?;
-    let hello = reader
-        .next("waiting for Hello")?
-        .ok_or_else(|| EngineError::Disconnected {
+    let (mut reader, mut writer) = accept::incoming(stream)?;
+    let hello =
+        accept::read_first(&mut reader, &mut writer)?.ok_or_else(|| EngineError::Disconnected {
             peer: reader.peer().to_string(),
             state: "waiting for Hello".into(),
         })?;
-    let est = session::server_handshake(hello, &mut reader, &mut writer, token)?;
+    let est = accept::server_handshake(hello, &mut reader, &mut writer, token)?;
     let acked = est.capabilities.contains(Capabilities::CHUNK_ACKS);
-    let open = wait_open(&mut reader)?;
+    let open = accept::read_open(&mut reader)?.ok_or_else(|| EngineError::Disconnected {
+        peer: reader.peer().to_string(),
+        state: "waiting for Open".into(),
+    })?;
     let streams = streams_for(&open, total_slots(runtime));
-    let accept = Accept {
-        session_id: u64::from_le_bytes(session::random()?),
-        session_secret: session::random()?,
-        channels: 1,
-        streams_per_channel: streams,
-        chunk_bytes: runtime.chunk_bytes(),
-    };
+    let accept = accept::new_accept(streams, runtime.chunk_bytes())?;
     let mut table = JoinTable::new(&accept, est.join_key(&accept.session_secret));
-    session::send_accept(
+    accept::send_accept(
         &mut writer,
         &est,
         &accept,
@@ -69,16 +64,6 @@ pub(super) fn accept_session(
         acked,
         data,
     })
-}
-
-fn wait_open(reader: &mut FrameReader) -> Result<Open, EngineError> {
-    match reader.next("waiting for Open")? {
-        Some(Frame::Open(o)) => Ok(o),
-        _ => Err(EngineError::Disconnected {
-            peer: reader.peer().to_string(),
-            state: "waiting for Open".into(),
-        }),
-    }
 }
 
 /// The streams granted: what was asked (1 to 64), as many as `slots` keep busy. Each
@@ -100,7 +85,7 @@ fn join_all(
 ) -> Result<Vec<TcpStream>, EngineError> {
     let mut conns: Vec<Option<TcpStream>> = (0..streams).map(|_| None).collect();
     for _ in 0..streams {
-        let (index, s) = join_one(listener, table)?;
+        let (index, s) = accept::accept_join(listener, table)?;
         // The join table admits only indexes below `streams`.
         if let Some(c) = conns.get_mut(usize::from(index)) {
             *c = Some(s);
@@ -115,39 +100,4 @@ fn join_all(
             })
         })
         .collect()
-}
-
-/// Accepts one data connection and checks its `Join`: its stream index and socket.
-fn join_one(
-    listener: &TcpListener,
-    table: &mut JoinTable,
-) -> Result<(u16, TcpStream), EngineError> {
-    let (s, _) = listener
-        .accept()
-        .map_err(|e| EngineError::io("accepting a data connection", e))?;
-    let mut w = FrameWriter::new(
-        s.try_clone()
-            .map_err(|e| EngineError::io("cloning a socket", e))?,
-    );
-    let mut r = FrameReader::new(s);
-    r.set_timeout(Some(HANDSHAKE_TIMEOUT))
-        .map_err(|e| EngineError::io("setting a timeout", e))?;
-    let Some(Frame::Join(join)) = r.next("joining")? else {
-        let _ = w.send(&ErrorFrame::new(ErrorCode::BadFrame, "expected Join"));
-        return Err(EngineError::Handshake {
-            peer: r.peer().to_string(),
-            message: "expected Join".into(),
-        });
-    };
-    let mut out = Vec::new();
-    let joined = table.handle(&join, &mut out);
-    w.send_raw(&out)?;
-    let joined = joined.map_err(|e| EngineError::Handshake {
-        peer: r.peer().to_string(),
-        message: e.to_string(),
-    })?;
-    let s = r.into_inner()?;
-    let _ = s.set_read_timeout(None);
-    let _ = transport::tune(&s, true);
-    Ok((joined.stream_index, s))
 }

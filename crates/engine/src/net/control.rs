@@ -2,8 +2,8 @@
 //! from every other thread into few syscalls, and one reader thread that turns incoming
 //! frames into messages for the session's master thread.
 
+use super::transport::{peer_name, FrameReader};
 use crate::error::EngineError;
-use crate::transport::{FrameReader, FrameWriter};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_wire::{ChunkAck, Codec, Frame};
 use std::io::Write;
@@ -39,7 +39,7 @@ pub fn spawn_writer(
     let handle = std::thread::Builder::new()
         .name("control-tx".into())
         .spawn(move || {
-            let peer = crate::transport::peer_name(&stream);
+            let peer = peer_name(&stream);
             let mut stream = stream;
             let mut buf = Vec::with_capacity(64 << 10);
             while let Ok(frame) = rx.recv() {
@@ -132,12 +132,4 @@ pub struct Wiring<'a> {
     pub events: &'a Receiver<ControlEvent>,
     /// Where the session counts.
     pub stats: &'a std::sync::Arc<crate::stats::Stats>,
-}
-
-/// Writes one frame synchronously (handshake phase, before the writer thread exists).
-///
-/// # Errors
-/// The socket write failed.
-pub fn send_now<C: Codec>(writer: &mut FrameWriter, frame: &C) -> Result<(), EngineError> {
-    writer.send(frame)
 }

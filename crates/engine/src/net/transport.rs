@@ -1,4 +1,4 @@
-//! Frames over TCP: the only place that turns `sluice-wire` frames into socket I/O.
+//! Frames over TCP: reading and writing `sluice-wire` frames and chunks on sockets.
 //!
 //! Control connections carry small frames and go through a [`FrameDecoder`]. Data
 //! connections carry chunks: the 42-byte header and segment table are read exactly, then
@@ -100,7 +100,7 @@ pub fn control_halves(stream: TcpStream) -> Result<(FrameReader, FrameWriter), E
     );
     let reader = FrameReader::new(stream);
     reader
-        .set_timeout(Some(crate::session::HANDSHAKE_TIMEOUT))
+        .set_timeout(Some(super::handshake::HANDSHAKE_TIMEOUT))
         .map_err(|e| EngineError::io("setting a timeout", e))?;
     Ok((reader, writer))
 }

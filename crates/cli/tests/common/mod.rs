@@ -1,0 +1,171 @@
+//! The minimal fixture for integration suites that drive the real binary: a daemon
+//! started on `127.0.0.1:0` (its `--json` line is the readiness signal and names the
+//! port) and `sluice` commands run with a deadline. Every child is killed when its guard
+//! is dropped. (transfer.rs keeps its own, richer copy.)
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+/// Small buffer pools and chunks on both sides.
+pub const SMALL: [&str; 4] = ["--buffer-mem", "64MiB", "--chunk-size", "1MiB"];
+/// How long a daemon may take to print its `--json` line.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one `sluice` command may run before the test fails.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A child process that is killed (SIGKILL) and reaped when dropped.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `sluice serve` on `127.0.0.1:0`, its stderr in a log file.
+pub struct Daemon {
+    _child: ChildGuard,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    log: PathBuf,
+    _logdir: tempfile::TempDir,
+}
+
+impl Daemon {
+    /// Starts a daemon serving `root` and waits for its readiness line.
+    pub fn start(root: &Path) -> Daemon {
+        Daemon::start_with(root, &[])
+    }
+
+    /// [`Daemon::start`] with `extra` arguments for `sluice serve`.
+    pub fn start_with(root: &Path, extra: &[&str]) -> Daemon {
+        let logdir = tempfile::tempdir().expect("a temp dir");
+        let log = logdir.path().join("daemon.log");
+        let mut child = ChildGuard(
+            Command::new(BIN)
+                .arg("serve")
+                .arg("--root")
+                .arg(root)
+                .args(["--listen", "127.0.0.1:0", "--json"])
+                .args(SMALL)
+                .args(extra)
+                .env_remove("SLUICE_LOG")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(&log).expect("a log file"))
+                .spawn()
+                .expect("sluice serve starts"),
+        );
+        let stdout = child.0.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next());
+            for _ in lines {}
+        });
+        let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+        let line = match rx.recv_timeout(READY_TIMEOUT) {
+            Ok(Some(Ok(line))) => line,
+            Ok(_) => panic!("sluice serve exited before it was ready: {}", read_log()),
+            Err(_) => panic!(
+                "sluice serve not ready in {READY_TIMEOUT:?}: {}",
+                read_log()
+            ),
+        };
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("serve --json line is not JSON ({e}): {line}"));
+        let addr = v["listen"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no \"listen\" in {line}"))
+            .to_string();
+        Daemon {
+            _child: child,
+            addr,
+            log,
+            _logdir: logdir,
+        }
+    }
+
+    /// `sluice://ADDR/PATH`.
+    pub fn url(&self, path: &str) -> String {
+        format!("sluice://{}/{path}", self.addr)
+    }
+
+    /// What the daemon logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// What one finished command left behind.
+#[derive(Debug)]
+pub struct Out {
+    /// Exit code (None: killed by a signal).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// Runs `program args` in `cwd` (None: the test's own), failing after
+/// [`COMMAND_TIMEOUT`].
+pub fn run_in(program: &str, args: &[&str], cwd: Option<&Path>) -> Out {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env_remove("SLUICE_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = ChildGuard(
+        cmd.spawn()
+            .unwrap_or_else(|e| panic!("{program} runs: {e}")),
+    );
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut s);
+            }
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let stdout = drain(child.0.stdout.take().map(|s| Box::new(s) as _));
+    let stderr = drain(child.0.stderr.take().map(|s| Box::new(s) as _));
+    let deadline = Instant::now() + COMMAND_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("waiting for a child") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{program} {args:?}: still running after {COMMAND_TIMEOUT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Out {
+        code: status.code(),
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
+}
+
+/// `sluice cp` with the small settings in front of `args`.
+pub fn cp(args: &[&str], cwd: Option<&Path>) -> Out {
+    let mut full = vec!["cp"];
+    full.extend(SMALL);
+    full.extend_from_slice(args);
+    run_in(BIN, &full, cwd)
+}

@@ -1,0 +1,207 @@
+//! The client side of opening a session: connect, handshake, `Open`, the daemon's
+//! `Accept` (and `Addresses`), then one joined data connection per stream.
+
+use super::handshake::{client_handshake, handshake_error, HANDSHAKE_TIMEOUT};
+use super::transport::{self, FrameReader, FrameWriter};
+use crate::error::EngineError;
+use sluice_wire::{Accept, Addresses, Capabilities, ClientJoin, Established, Frame, Open, Token};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// How long a data connection to an address the daemon advertised may take before the
+/// client falls back to the address it was given.
+const ADVERTISED_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A session opened by a client: the control connection, the daemon's `Accept`, and
+/// every data connection joined (in stream order).
+#[derive(Debug)]
+pub struct Opened {
+    /// The control connection's reading half.
+    pub reader: FrameReader,
+    /// The control connection's writing half.
+    pub writer: FrameWriter,
+    /// What the daemon accepted.
+    pub accept: Accept,
+    /// The data connections, joined.
+    pub data: Vec<TcpStream>,
+    /// The capabilities both sides agreed on.
+    pub capabilities: Capabilities,
+}
+
+/// Connects to `addrs`, runs the handshake, sends `open`, and joins every data
+/// connection the daemon accepts (used by `cp` and by streams).
+///
+/// `addrs` may list several addresses of one daemon, comma-separated (one per NIC):
+/// the control connection goes to the first, data connection `i` to address `i mod n`,
+/// so the streams spread over the links the routes lead through.
+///
+/// # Errors
+/// Connection, handshake, refusal (`Error` frame) or join failures.
+pub fn open_session(addrs: &str, token: Option<Token>, open: Open) -> Result<Opened, EngineError> {
+    let hosts: Vec<&str> = addrs.split(',').filter(|a| !a.is_empty()).collect();
+    let addr = hosts.first().copied().unwrap_or(addrs);
+    let (mut reader, mut writer, est) = connect_control(addr, token)?;
+    writer.send(&Frame::Open(offer_direct(open, &est, addr)))?;
+    let (accept, advertised) = read_accept(&mut reader, &est, addr)?;
+    let key = est.join_key(&accept.session_secret);
+    let mut data = Vec::with_capacity(usize::from(accept.streams()));
+    for i in 0..accept.streams() {
+        let (s, to) = connect_data(i, &hosts, addr, &advertised)?;
+        data.push(join_data(s, &to, &accept, &key, i)?);
+    }
+    debug_assert_eq!(data.len(), usize::from(accept.streams()));
+    reader
+        .set_timeout(None)
+        .map_err(|e| EngineError::io("clearing a timeout", e))?;
+    Ok(Opened {
+        reader,
+        writer,
+        accept,
+        data,
+        capabilities: est.capabilities,
+    })
+}
+
+/// Opens the control connection to `addr` and runs the client handshake on it.
+fn connect_control(
+    addr: &str,
+    token: Option<Token>,
+) -> Result<(FrameReader, FrameWriter, Established), EngineError> {
+    let stream = TcpStream::connect(addr)
+        .map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
+    transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
+    let (mut reader, mut writer) = transport::control_halves(stream)?;
+    let est = client_handshake(&mut reader, &mut writer, token)?;
+    Ok((reader, writer, est))
+}
+
+/// `open` as it may go to a daemon that agreed `est`: direct I/O only where offered.
+fn offer_direct(mut open: Open, est: &Established, addr: &str) -> Open {
+    if open.options.direct && !est.capabilities.contains(Capabilities::DIRECT_IO) {
+        tracing::warn!("--direct: the daemon at {addr} does not offer direct I/O; its side goes through its page cache");
+        open.options.direct = false;
+    }
+    open
+}
+
+/// The daemon's `Accept`, and the `Addresses` that follow it where both sides
+/// understand them.
+fn read_accept(
+    reader: &mut FrameReader,
+    est: &Established,
+    addr: &str,
+) -> Result<(Accept, Addresses), EngineError> {
+    let accept = expect(reader, addr, "Accept", |f| match f {
+        Frame::Accept(a) => Ok(a),
+        other => Err(other),
+    })?;
+    let advertised = if est.capabilities.contains(Capabilities::ADDRESSES) {
+        expect(reader, addr, "Addresses", |f| match f {
+            Frame::Addresses(a) => Ok(a),
+            other => Err(other),
+        })?
+    } else {
+        Addresses::default()
+    };
+    Ok((accept, advertised))
+}
+
+/// Joins data connection `i` (already connected to `addr`) to the session, reading
+/// exactly the daemon's answer: on a pull, chunks may follow it at once.
+fn join_data(
+    s: TcpStream,
+    addr: &str,
+    accept: &Accept,
+    key: &[u8; 32],
+    i: u16,
+) -> Result<TcpStream, EngineError> {
+    transport::tune(&s, true).map_err(|e| EngineError::io("configuring a socket", e))?;
+    let mut join = ClientJoin::new(accept, key, i).map_err(|e| handshake_error(addr, e))?;
+    let mut out = Vec::new();
+    join.start(&mut out);
+    let mut w = FrameWriter::new(
+        s.try_clone()
+            .map_err(|e| EngineError::io("cloning a socket", e))?,
+    );
+    w.send_raw(&out)?;
+    let mut s = s;
+    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(|e| EngineError::io("setting a timeout", e))?;
+    let frame =
+        transport::read_one_frame(&mut s, "joining")?.ok_or_else(|| EngineError::Disconnected {
+            peer: addr.to_string(),
+            state: "joining".into(),
+        })?;
+    if let Frame::Error(e) = &frame {
+        return Err(EngineError::Remote {
+            code: e.code,
+            message: e.message.clone(),
+        });
+    }
+    join.handle(&frame).map_err(|e| handshake_error(addr, e))?;
+    s.set_read_timeout(None)
+        .map_err(|e| EngineError::io("clearing a timeout", e))?;
+    Ok(s)
+}
+
+/// The next frame on the control connection, taken by `want` (which hands back any
+/// other frame): the peer's `Error` is its refusal, another frame is out of place.
+fn expect<T>(
+    reader: &mut FrameReader,
+    peer: &str,
+    what: &str,
+    want: impl FnOnce(Frame) -> Result<T, Frame>,
+) -> Result<T, EngineError> {
+    let state = format!("waiting for {what}");
+    match reader.next(&state)?.map(want) {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(Frame::Error(e))) => Err(EngineError::Remote {
+            code: e.code,
+            message: e.message,
+        }),
+        Some(Err(other)) => Err(EngineError::Unexpected {
+            peer: peer.to_string(),
+            got: other.frame_type().name().to_string(),
+            state,
+        }),
+        None => Err(EngineError::Disconnected {
+            peer: peer.to_string(),
+            state,
+        }),
+    }
+}
+
+/// Opens data connection `i`: to the user's host list when it names several addresses
+/// (`i mod n`), else to the address the daemon advertised for stream `i` (the NIC of
+/// the channel that serves it), falling back to `named` when that one cannot be reached.
+/// Returns the connection and where it went.
+fn connect_data(
+    i: u16,
+    hosts: &[&str],
+    named: &str,
+    advertised: &Addresses,
+) -> Result<(TcpStream, String), EngineError> {
+    let target = match advertised.of(i) {
+        Some(a) if hosts.len() <= 1 => {
+            match TcpStream::connect_timeout(&a, ADVERTISED_CONNECT_TIMEOUT) {
+                Ok(s) => {
+                    tracing::debug!("data connection {i} to {a}, as the daemon advertised");
+                    return Ok((s, a.to_string()));
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "data connection {i}: the daemon's address {a} cannot be reached ({e}); using {named}"
+                    );
+                    named
+                }
+            }
+        }
+        _ => hosts
+            .get(usize::from(i) % hosts.len().max(1))
+            .copied()
+            .unwrap_or(named),
+    };
+    TcpStream::connect(target)
+        .map(|s| (s, target.to_string()))
+        .map_err(|e| EngineError::io(format!("opening data connection {i} to {target}"), e))
+}

@@ -1,0 +1,117 @@
+//! The handshake drivers: `sluice-wire`'s client and server state machines run over a
+//! control connection, with the OS randomness they need.
+
+use super::transport::{FrameReader, FrameWriter};
+use crate::error::EngineError;
+use sluice_wire::{
+    ClientConfig, ClientHandshake, Established, Frame, HandshakeError, HandshakeStatus,
+    ServerConfig, ServerHandshake, Token,
+};
+use std::time::Duration;
+
+/// How long the handshake and the joins may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Random bytes from the OS.
+///
+/// # Errors
+/// The OS random source failed.
+pub fn random<const N: usize>() -> Result<[u8; N], EngineError> {
+    let mut b = [0u8; N];
+    getrandom::fill(&mut b).map_err(|e| {
+        EngineError::io(
+            "reading the OS random source",
+            std::io::Error::other(e.to_string()),
+        )
+    })?;
+    Ok(b)
+}
+
+pub(crate) fn handshake_error(peer: &str, e: impl std::fmt::Display) -> EngineError {
+    EngineError::Handshake {
+        peer: peer.to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// A failed handshake as an engine error: the peer's own refusal keeps its code.
+fn failed(peer: &str, e: HandshakeError) -> EngineError {
+    match e {
+        HandshakeError::Peer { code, message } => EngineError::HandshakeRefused {
+            peer: peer.to_string(),
+            code,
+            message,
+        },
+        other => handshake_error(peer, other),
+    }
+}
+
+/// The next frame on a control connection, or [`EngineError::Disconnected`] when the
+/// peer closed it while this side was `state`.
+///
+/// # Errors
+/// A socket error, a malformed frame, or a close.
+pub(crate) fn next_frame(reader: &mut FrameReader, state: &str) -> Result<Frame, EngineError> {
+    reader
+        .next(state)?
+        .ok_or_else(|| EngineError::Disconnected {
+            peer: reader.peer().to_string(),
+            state: state.into(),
+        })
+}
+
+/// Runs the client handshake on a fresh control connection.
+///
+/// # Errors
+/// The server refused (version, authentication) or the connection failed.
+pub fn client_handshake(
+    reader: &mut FrameReader,
+    writer: &mut FrameWriter,
+    token: Option<Token>,
+) -> Result<Established, EngineError> {
+    let mut hs = ClientHandshake::new(ClientConfig::new(token), random()?);
+    let mut out = Vec::new();
+    hs.start(&mut out);
+    writer.send_raw(&out)?;
+    loop {
+        let frame = next_frame(reader, "handshaking")?;
+        out.clear();
+        let status = hs.handle(&frame, &mut out);
+        if !out.is_empty() {
+            let _ = writer.send_raw(&out);
+        }
+        match status.map_err(|e| failed(reader.peer(), e))? {
+            HandshakeStatus::Done(est) => return Ok(est),
+            HandshakeStatus::InProgress => {}
+        }
+    }
+}
+
+/// Runs the server handshake; `first` is the client's `Hello`, already read. The
+/// state machine answers its own failures with an `Error` frame
+/// ([`EngineError::Handshake`]); other errors have told the peer nothing.
+///
+/// # Errors
+/// The client failed authentication or spoke another version.
+pub fn server_handshake(
+    first: Frame,
+    reader: &mut FrameReader,
+    writer: &mut FrameWriter,
+    token: Option<Token>,
+) -> Result<Established, EngineError> {
+    let mut hs = ServerHandshake::new(ServerConfig::new(token), random()?);
+    let mut out = Vec::new();
+    let mut frame = first;
+    loop {
+        out.clear();
+        let status = hs.handle(&frame, &mut out);
+        if !out.is_empty() {
+            let _ = writer.send_raw(&out);
+        }
+        match status.map_err(|e| failed(reader.peer(), e))? {
+            HandshakeStatus::Done(est) => return Ok(est),
+            HandshakeStatus::InProgress => {}
+        }
+        frame = next_frame(reader, "handshaking")?;
+    }
+}

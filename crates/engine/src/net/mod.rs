@@ -1,0 +1,20 @@
+//! The network layer: the only code that turns `sluice-wire` frames and chunks into
+//! socket I/O. Everything above it (the daemon, the client, the stream, the two halves
+//! of a session) hands it frames and buffer slots and gets frames and slots back.
+//!
+//! * [`transport`]: frames and chunks on one TCP connection (`FrameReader`,
+//!   `FrameWriter`, `ChunkSender`, `ChunkReceiver`), socket tuning.
+//! * [`control`]: the control connection while a session runs (a batching writer
+//!   thread, a reader thread that turns frames into events).
+//! * [`handshake`]: the client and server handshake drivers, OS randomness.
+//! * [`connect`]: the client side of opening a session (`open_session`).
+//! * [`accept`]: the server side, shared by the daemon and the stream receiver.
+
+pub mod accept;
+pub mod connect;
+pub mod control;
+pub mod handshake;
+pub mod transport;
+
+#[cfg(test)]
+mod tests;
