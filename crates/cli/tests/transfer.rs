@@ -30,6 +30,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(90);
 /// The engine's fault knob (crates/engine/src/fault.rs, built only with the `fault-injection` feature, which these tests enable).
 const FAULT_CORRUPT: &str = "SLUICE_FAULT_CORRUPT_CHUNK";
+/// The engine's knob that fails every read of a file of this name with EIO (fault.rs).
+const FAULT_READ: &str = "SLUICE_FAULT_READ_FAIL";
 /// Test knob: `--compress auto` keeps measuring over loopback (where it sends raw).
 const AUTO_ON_LOOPBACK: [(&str, &str); 1] = [("SLUICE_AUTO_ON_LOOPBACK", "1")];
 
@@ -1358,6 +1360,45 @@ fn corrupted_chunk_is_sent_again_on_pull() {
     let v = cp(&["-r", "--json", &d.url("src"), s(&dst)]).ok().json();
     assert!(v["chunks_resent"].as_u64().unwrap() >= 1, "{v}");
     assert_same_tree(&root.join("src"), &dst);
+}
+
+/// Regression: a file the source could not read was reported to the sink, which answers
+/// nothing for it, and the source waited for its answer for ever: the session hung.
+/// Now the file fails (exit 1, listed), the others arrive, on push and on pull.
+#[test]
+fn regression_a_file_the_source_cannot_read_fails_and_the_session_ends() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let src = root.join("src");
+    write(&src.join("bad.bin"), &bytes(72, 3 * MIB + 5));
+    write(&src.join("good.bin"), &bytes(73, 2 * MIB + 1));
+    write(&src.join("sub/bad.txt"), b"a small file, packed");
+    write(&src.join("sub/good.txt"), b"another small file");
+    for bad in ["bad.bin", "bad.txt"] {
+        let d = Daemon::start(&root);
+        let pushed = format!("push-{bad}/");
+        let out = cp_env(
+            &["-r", "--json", s(&src), &d.url(&pushed)],
+            &[(FAULT_READ, bad)],
+        );
+        let v = out.code(1).json();
+        assert_eq!(v["files_failed"], 1, "{bad}: {v}");
+        let dst = root.join(&pushed).join("src");
+        assert_same_file(&src.join("good.bin"), &dst.join("good.bin"));
+        assert_same_file(&src.join("sub/good.txt"), &dst.join("sub/good.txt"));
+        assert!(!dst.join("bad.bin").exists() || bad != "bad.bin");
+        assert!(!dst.join("sub/bad.txt").exists() || bad != "bad.txt");
+        drop(d);
+        // The daemon is the source on a pull.
+        let d = Daemon::start_with(&root, &[], &[(FAULT_READ, bad)]);
+        let pulled = t.path().join(format!("pull-{bad}"));
+        let v = cp(&["-r", "--json", &d.url("src"), s(&pulled)])
+            .code(1)
+            .json();
+        assert_eq!(v["files_failed"], 1, "{bad}: {v}");
+        assert_same_file(&src.join("good.bin"), &pulled.join("good.bin"));
+        assert_same_file(&src.join("sub/good.txt"), &pulled.join("sub/good.txt"));
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@
 //!
 //! With it, `SLUICE_FAULT_CORRUPT_CHUNK=N` (read once per process) corrupts the N-th chunk
 //! (1-based) this process sends, after its checksum was computed, so that the receiver
-//! rejects it and asks for it again. Only that one send is corrupted.
+//! rejects it and asks for it again. Only that one send is corrupted. And
+//! `SLUICE_FAULT_READ_FAIL=NAME` makes every open for reading of a file named `NAME`
+//! fail with `EIO`, as a failing disk would (the source's read-failure path).
 
 #[cfg(feature = "fault-injection")]
 mod injected {
@@ -57,6 +59,26 @@ pub(crate) fn send_maybe_corrupted<T>(payload: &mut [u8], send: impl FnOnce(&[u8
         payload[0] ^= injected::FLIP;
     }
     result
+}
+
+/// The error an open for reading of a file named `name` fails with, if it is the
+/// chosen one (`SLUICE_FAULT_READ_FAIL`).
+#[cfg(feature = "fault-injection")]
+pub(crate) fn read_error(name: &str) -> Option<std::io::Error> {
+    static CHOSEN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let chosen = CHOSEN.get_or_init(|| std::env::var("SLUICE_FAULT_READ_FAIL").ok());
+    (chosen.as_deref() == Some(name)).then(|| {
+        tracing::warn!("SLUICE_FAULT_READ_FAIL: failing the read of {name:?} (test only)");
+        std::io::Error::from_raw_os_error(libc::EIO)
+    })
+}
+
+/// Without `fault-injection`: no read fails.
+#[cfg(not(feature = "fault-injection"))]
+#[inline]
+pub(crate) fn read_error(name: &str) -> Option<std::io::Error> {
+    let _ = name;
+    None
 }
 
 /// Without `fault-injection`: leaves `payload` as it is.

@@ -186,12 +186,6 @@ impl Stats {
         }
     }
 
-    /// The source could not read a file; the sink answers with `FileFailed` too, which
-    /// is what counts it. Only logged here.
-    pub fn file_failed_at_source(&self, file_id: u64, msg: &str) {
-        tracing::debug!("file {file_id} failed at the source: {msg}");
-    }
-
     /// The sink already had the file (no-clobber, update).
     pub fn file_skipped(&self, entry: &FileEntry) {
         self.files_skipped.fetch_add(1, Ordering::Relaxed);

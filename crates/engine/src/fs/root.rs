@@ -190,6 +190,9 @@ impl Root {
     }
 
     fn open_read_flags(&self, rel: &RelPath, extra: i32) -> Result<File, FsError> {
+        if let Some(e) = crate::fault::read_error(rel.file_name()) {
+            return Err(self.err(Op::Open, rel.as_str(), e));
+        }
         let mut opts = OpenOptions::new();
         opts.read(true).follow(FollowSymlinks::No);
         cap_std::fs::OpenOptionsExt::custom_flags(

@@ -3,6 +3,7 @@
 //! send, files to schedule or cancel, chunks to resend, figures for the statistics and
 //! for `auto`), then runs the close handshake once the data threads have ended.
 
+use super::read::ReadFailure;
 use super::{ScanSpec, Sources};
 use crate::codec::SharedAuto;
 use crate::control::{ControlEvent, ControlTx, Wiring};
@@ -10,7 +11,7 @@ use crate::error::EngineError;
 use crate::fs::{Root, Scanner};
 use crate::sched::{Scheduler, Work};
 use crate::stats::{FileOutcome, Stats};
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
+use crossbeam_channel::{bounded, select, Receiver, RecvTimeoutError, Sender};
 use sluice_session::source::{Report, Resend, SourceAction, SourceCore, SourceError, Waiting};
 use sluice_session::time::Instant;
 use sluice_wire::{FileEntry, Frame, RelPath};
@@ -58,6 +59,9 @@ pub(super) struct Master<'a> {
     events: &'a Receiver<ControlEvent>,
     stats: &'a Stats,
     auto: &'a SharedAuto,
+    /// Files the data path could not read (and the master itself, for a file whose path
+    /// does not map back into its root), for the core.
+    failures: (Sender<ReadFailure>, Receiver<ReadFailure>),
     clock: Clock,
 }
 
@@ -67,6 +71,7 @@ impl<'a> Master<'a> {
         sched: &'a Scheduler,
         wiring: Wiring<'a>,
         auto: &'a SharedAuto,
+        failures: (Sender<ReadFailure>, Receiver<ReadFailure>),
     ) -> Master<'a> {
         let clock = Clock {
             origin: std::time::Instant::now(),
@@ -78,6 +83,7 @@ impl<'a> Master<'a> {
             events: wiring.events,
             stats: wiring.stats,
             auto,
+            failures,
             clock,
         }
     }
@@ -101,15 +107,22 @@ impl<'a> Master<'a> {
     /// Everything the sink said so far; after the scan, waits a while for it.
     fn answers(&self, core: &mut SourceCore) -> Result<(), EngineError> {
         loop {
+            self.read_failures(core);
             let ev = if core.waiting_for() == Waiting::Answers {
                 if self.events.is_empty() {
                     core.on_idle();
                     self.carry_out(core);
                 }
-                match self.events.recv_timeout(ANSWER_WAIT) {
-                    Ok(ev) => ev,
-                    Err(RecvTimeoutError::Timeout) => return Ok(()),
-                    Err(RecvTimeoutError::Disconnected) => ControlEvent::Closed,
+                select! {
+                    recv(self.events) -> ev => ev.unwrap_or(ControlEvent::Closed),
+                    recv(self.failures.1) -> failed => {
+                        if let Ok((file_id, message)) = failed {
+                            core.on_read_failed(file_id, message);
+                            self.carry_out(core);
+                        }
+                        continue;
+                    }
+                    default(ANSWER_WAIT) => return Ok(()),
                 }
             } else {
                 match self.events.try_recv() {
@@ -118,6 +131,14 @@ impl<'a> Master<'a> {
                 }
             };
             self.event(core, ev)?;
+        }
+    }
+
+    /// Files the data path could not read, each ended by the core.
+    fn read_failures(&self, core: &mut SourceCore) {
+        while let Ok((file_id, message)) = self.failures.1.try_recv() {
+            core.on_read_failed(file_id, message);
+            self.carry_out(core);
         }
     }
 
@@ -156,11 +177,10 @@ impl<'a> Master<'a> {
         while let Some(action) = core.poll_action() {
             match action {
                 SourceAction::Send(frame) => self.control.send(frame),
-                SourceAction::Schedule { file_id, skip } => {
-                    if let Some(file) = self.file(core, file_id) {
-                        self.sched.add(file, skip);
-                    }
-                }
+                SourceAction::Schedule { file_id, skip } => match self.file(core, file_id) {
+                    Some(file) => self.sched.add(file, skip),
+                    None => self.unmapped(file_id),
+                },
                 SourceAction::Resend { file_id, work } => {
                     if let Some(work) = self.resend(core, file_id, work) {
                         self.sched.retry(work);
@@ -176,6 +196,14 @@ impl<'a> Master<'a> {
                 SourceAction::Report(report) => self.report(report),
             }
         }
+    }
+
+    /// A file whose manifest path does not map back into its root cannot be read: it
+    /// fails like one the data path could not read (the core learns it next).
+    fn unmapped(&self, file_id: u64) {
+        let message = format!("file {file_id}: its path does not map back into its root");
+        tracing::warn!("{message}");
+        let _ = self.failures.0.try_send((file_id, message));
     }
 
     /// The file to read for announced file `file_id`.

@@ -25,8 +25,10 @@ use crate::runtime::{queue_for, Queues, Runtime};
 use crate::sched::{Scheduler, SrcFile};
 use crate::transport::ChunkSender;
 use crate::SessionOptions;
+use crossbeam_channel::{bounded, Sender};
 use dispatch::{Conns, Outgoing, Outlets};
 use master::Master;
+use read::ReadFailure;
 use reader::Reader;
 use sluice_placement::Role;
 use sluice_session::source::{SourceConfig, SourceCore};
@@ -137,6 +139,7 @@ pub fn run(
     wiring.stats.set_io_mode(opts.direct);
     let auto = codec.auto(opts.chunk_acks);
     let mut stages = Stages::default();
+    let (failed, failures) = bounded(read::READ_FAILURES_QUEUED);
     let data = DataPath {
         runtime,
         opts,
@@ -144,11 +147,12 @@ pub fn run(
         sched: &sched,
         abort: &abort,
         codec: (codec, &auto),
+        failed: &failed,
     };
     let outlets = data.start(&mut stages, inline, conns);
     let negotiate = opts.resume || opts.update || opts.no_clobber;
     let mut core = SourceCore::new(SourceConfig::new(opts.chunk_bytes, negotiate));
-    let master = Master::new(&sources, &sched, wiring, &auto);
+    let master = Master::new(&sources, &sched, wiring, &auto, (failed, failures));
     let (outlets, result) = match outlets {
         Ok(o) => (Some(o), master.run(&mut core, opts.recursive)),
         Err(e) => (None, Err(e)),
@@ -176,6 +180,8 @@ struct DataPath<'a> {
     sched: &'a Arc<Scheduler>,
     abort: &'a Arc<AtomicBool>,
     codec: (CodecPlan, &'a Arc<SharedAuto>),
+    /// Where readers report files they cannot read.
+    failed: &'a Sender<ReadFailure>,
 }
 
 impl DataPath<'_> {
@@ -210,7 +216,7 @@ impl DataPath<'_> {
                 sched: Arc::clone(self.sched),
                 stats: Arc::clone(self.wiring.stats),
                 abort: Arc::clone(self.abort),
-                control: self.wiring.control.clone(),
+                failed: self.failed.clone(),
                 to_compress: queue_for(stage, channel, r),
                 mode: self.codec.0.mode,
                 auto: Arc::clone(self.codec.1),

@@ -1,11 +1,10 @@
 //! Reading one piece of work into a slot: a large file's chunk (through the page cache,
 //! or `O_DIRECT` where asked and supported) or a pack of small files.
 
-use crate::control::ControlTx;
 use crate::sched::{SrcFile, Work};
-use crate::stats::Stats;
+use crossbeam_channel::Sender;
 use sluice_buffers::Slot;
-use sluice_wire::{chunk_checksum, ChunkFlags, ChunkHeader, ErrorCode, FileFailed, Frame, Segment};
+use sluice_wire::{chunk_checksum, ChunkFlags, ChunkHeader, Segment};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -62,23 +61,30 @@ impl OpenFile {
     }
 }
 
-/// Where a reader reports a file it cannot read: to the sink (which counts it failed)
-/// and to the log.
+/// A file the data path could not read: its id and why. The master hands it to the
+/// session core, which ends the file (tells the sink, cancels the rest, counts it).
+pub(super) type ReadFailure = (u64, String);
+
+/// Read failures queued for the master at most.
+pub(super) const READ_FAILURES_QUEUED: usize = 4096;
+
+/// Where a reader reports a file it cannot read: to the master, and to the log.
 #[derive(Clone, Copy)]
 pub(super) struct Failures<'a> {
-    pub(super) control: &'a ControlTx,
-    pub(super) stats: &'a Stats,
+    pub(super) to_master: &'a Sender<ReadFailure>,
 }
 
 impl Failures<'_> {
     pub(super) fn fail(&self, file: &SrcFile, msg: &str) {
         tracing::warn!("{msg}");
-        self.control.send(Frame::FileFailed(FileFailed::new(
-            file.id,
-            ErrorCode::Io,
-            msg,
-        )));
-        self.stats.file_failed_at_source(file.id, msg);
+        // Never blocks a reader: the master drains the queue while files are in
+        // flight, and it holds more than the reads that can be in flight at once.
+        if let Err(e) = self.to_master.try_send((file.id, msg.to_string())) {
+            tracing::debug!(
+                "file {} failed after the session's files ended: {e}",
+                file.id
+            );
+        }
     }
 }
 

@@ -3,9 +3,8 @@
 //! ship each chunk on: to the compress stage, or to [`Dispatch`].
 
 use super::dispatch::{Dispatch, Outgoing};
-use super::read::{chunk_header, read_work, Failures, OpenFile};
+use super::read::{chunk_header, read_work, Failures, OpenFile, ReadFailure};
 use crate::codec::{CompressMode, Compressor, SharedAuto};
-use crate::control::ControlTx;
 use crate::error::EngineError;
 use crate::readahead::{self, ReadAhead};
 use crate::sched::{Scheduler, Work};
@@ -26,7 +25,8 @@ pub(super) struct Reader {
     pub(super) sched: Arc<Scheduler>,
     pub(super) stats: Arc<Stats>,
     pub(super) abort: Arc<AtomicBool>,
-    pub(super) control: ControlTx,
+    /// Where files that cannot be read are reported (the master).
+    pub(super) failed: Sender<ReadFailure>,
     /// The channel's compress stage, when the session has one.
     pub(super) to_compress: Option<Sender<Outgoing>>,
     pub(super) mode: CompressMode,
@@ -138,8 +138,7 @@ impl Reader {
 
     fn failures(&self) -> Failures<'_> {
         Failures {
-            control: &self.control,
-            stats: &self.stats,
+            to_master: &self.failed,
         }
     }
 

@@ -535,3 +535,45 @@ proptest! {
         prop_assert_eq!(c.waiting_for() == Waiting::DataSent, all_ended);
     }
 }
+
+/// Regression: a file the source could not read was told to the sink, which answers
+/// nothing for it, while the source kept waiting for its answer: the session hung.
+#[test]
+fn a_file_the_source_cannot_read_ends_failed_and_the_session_goes_on() {
+    let mut c = core(false);
+    c.on_entry(0, file(1, 3 * u64::from(CHUNK)));
+    actions(&mut c);
+    c.on_entry(0, file(2, 10));
+    actions(&mut c);
+    c.on_scan_end();
+    actions(&mut c);
+    assert_eq!(c.waiting_for(), Waiting::Answers);
+    c.on_read_failed(1, "reading \"f1\" at 0: Input/output error".into());
+    let got = actions(&mut c);
+    let failed = FileFailed::new(1, ErrorCode::Io, "reading \"f1\" at 0: Input/output error");
+    assert_eq!(got[0], SourceAction::Send(Frame::FileFailed(failed)));
+    assert_eq!(got[1], SourceAction::Cancel { file_id: 1 });
+    assert!(
+        matches!(&got[2], SourceAction::Report(Report::Failed { entry, .. }) if entry.file_id == 1),
+        "{got:?}"
+    );
+    assert_eq!(got.len(), 3, "file 2 is still unanswered");
+    // The same file failing again (another reader's chunk) changes nothing.
+    c.on_read_failed(1, "again".into());
+    assert!(actions(&mut c).is_empty());
+    c.on_frame(done(2), at(1)).unwrap();
+    assert!(actions(&mut c).contains(&SourceAction::EndOfFiles));
+    assert_eq!(c.waiting_for(), Waiting::DataSent);
+}
+
+#[test]
+fn the_last_files_read_failure_ends_the_files() {
+    let mut c = core(false);
+    c.on_entry(0, file(1, 10));
+    actions(&mut c);
+    c.on_scan_end();
+    actions(&mut c);
+    c.on_read_failed(1, "vanished".into());
+    assert_eq!(actions(&mut c).last(), Some(&SourceAction::EndOfFiles));
+    assert_eq!(c.waiting_for(), Waiting::DataSent);
+}
