@@ -3,7 +3,7 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in libhwloc-dev libudev-dev hwloc pkg-config util-linux; do
+for pkg in libhwloc-dev libudev-dev hwloc pkg-config util-linux rsync; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
