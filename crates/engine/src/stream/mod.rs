@@ -41,11 +41,12 @@ use crate::error::EngineError;
 use crate::runtime::Runtime;
 use crate::session;
 use crate::transport::{self, FrameWriter};
+use crate::SessionOptions;
 use crossbeam_channel::{Receiver, Sender};
 use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_session::stream::{AckRoutes, RecordOrder};
-use sluice_wire::{Accept, Capabilities, Close, CloseReason, Direction, Open, OpenOptions, Token};
+use sluice_wire::{Accept, Capabilities, Close, CloseReason, Direction, Open, Token};
 use std::io::Read;
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
@@ -130,23 +131,21 @@ impl std::fmt::Debug for StreamSender {
     }
 }
 
-/// The `Open` a stream's sender sends.
+/// The `Open` a stream's sender sends: a push of no path, through the one conversion
+/// of options to the wire, with the stream's own codec announcement.
 fn open_frame(opts: &StreamOptions, runtime: &Runtime) -> Open {
+    let mut options = SessionOptions {
+        streams: opts.streams,
+        chunk_bytes: runtime.chunk_bytes(),
+        direct: false,
+        ..SessionOptions::default()
+    }
+    .open_options();
+    options.compress = announce(opts.compress, CodecSite::StreamSender);
     Open {
         direction: Direction::Push,
         path: String::new(),
-        options: OpenOptions {
-            streams: opts.streams,
-            chunk_bytes: runtime.chunk_bytes(),
-            resume: false,
-            no_clobber: false,
-            update: false,
-            fsync: false,
-            verify: false,
-            recursive: false,
-            compress: announce(opts.compress, CodecSite::StreamSender),
-            direct: false,
-        },
+        options,
     }
 }
 
