@@ -201,7 +201,7 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
     // are always planned (the counts are `JobArgs::job`'s, which the codec's plan
     // decides).
     let job = JobArgs {
-        compressing: sluice_engine::codec::Planner::Daemon.compressing(),
+        planner: sluice_engine::codec::Planner::Daemon,
         ..args.job.clone()
     };
     let machine = load_machine(&args.topology)?;
@@ -304,7 +304,7 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
     // Codec threads are planned only where the transfer compresses (the counts are
     // `JobArgs::job`'s, which the codec's plan decides).
     let job = JobArgs {
-        compressing: sluice_engine::codec::Planner::Copy(cfg.opts.compress).compressing(),
+        planner: sluice_engine::codec::Planner::Copy(cfg.opts.compress),
         ..args.job.clone()
     };
     let runtime = runtime_for(&job, "this", side)?;

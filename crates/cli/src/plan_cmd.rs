@@ -4,6 +4,7 @@ use crate::exit::{bad_input, ExitCode};
 use crate::{output, svg};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
+use sluice_engine::codec::Planner;
 use sluice_placement::{describe, plan, Job, ManualPlacement, Plan, PlanError, Policy, Role};
 use sluice_topology::{cpulist, discover, Machine, TopologySource};
 use std::fmt::Write as _;
@@ -55,10 +56,11 @@ pub struct JobArgs {
     /// [default: --streams when the transfer compresses (`serve`: always planned), else 0]
     #[arg(long, value_name = "N")]
     pub decompress_threads: Option<u32>,
-    /// Whether the transfer may compress: the default codec-thread counts follow it
-    /// (set by the command, not a flag).
+    /// Which program plans the transfer (a copy and its `--compress`, a daemon, a
+    /// stream): the default codec-thread counts follow it (set by the command, not a
+    /// flag).
     #[arg(skip)]
-    pub compressing: bool,
+    pub planner: Planner,
     /// NIC to use (repeatable). Default: every NIC with a known NUMA node.
     #[arg(long = "nic", value_name = "NAME")]
     pub nics: Vec<String>,
@@ -172,18 +174,21 @@ impl JobArgs {
 
     /// Threads per role on `side` (roles without threads left out).
     fn thread_counts(&self, side: Side) -> Vec<(Role, u32)> {
+        let (compress, decompress) = self.planner.codec_threads(
+            self.io_threads,
+            self.streams,
+            (self.compress_threads, self.decompress_threads),
+        );
         let mut threads = vec![(Role::Control, 1)];
         if matches!(side, Side::Send | Side::Both) {
             threads.push((Role::NetSend, self.streams));
             threads.push((Role::IoRead, self.io_threads));
-            let default = if self.compressing { self.io_threads } else { 0 };
-            threads.push((Role::Compress, self.compress_threads.unwrap_or(default)));
+            threads.push((Role::Compress, compress));
         }
         if matches!(side, Side::Recv | Side::Both) {
             threads.push((Role::NetRecv, self.streams));
             threads.push((Role::IoWrite, self.io_threads));
-            let default = if self.compressing { self.streams } else { 0 };
-            threads.push((Role::Decompress, self.decompress_threads.unwrap_or(default)));
+            threads.push((Role::Decompress, decompress));
         }
         threads.retain(|(_, n)| *n > 0);
         threads

@@ -80,7 +80,7 @@ pub struct RecvArgs {
 /// Their net threads run the codec of their own records: no codec threads by default.
 fn stream_runtime(job: &JobArgs, side: Side) -> Result<Arc<Runtime>> {
     let mut job = job.clone();
-    job.compressing = Planner::Stream.compressing();
+    job.planner = Planner::Stream;
     if job.chunk_size == crate::plan_cmd::DEFAULT_CHUNK {
         job.chunk_size = "16MiB".into();
     }
