@@ -62,8 +62,8 @@ fn always(sim: &Sim) {
     }
 }
 
-/// Whether `node` is the source's entry `f` (a directory's mode is the source's with the
-/// owner's bits added, and its mtime is set only at `Close`).
+/// Whether `node` is the source's entry `f` (a directory is writable by its owner until
+/// `Close`, which gives it its mode and mtime).
 fn is_source_entry(node: &Node, f: &SrcFile, closed: bool) -> bool {
     let e = &f.entry;
     match node {
@@ -72,8 +72,11 @@ fn is_source_entry(node: &Node, f: &SrcFile, closed: bool) -> bool {
         }
         Node::Dir { mode, mtime } => {
             e.kind == FileKind::Dir
-                && *mode == (e.mode | 0o700)
-                && (!closed || *mtime == e.mtime_ns)
+                && if closed {
+                    *mode == e.mode && *mtime == e.mtime_ns
+                } else {
+                    *mode == e.mode | 0o700 || *mode == e.mode
+                }
         }
         Node::Link { target, mtime } => {
             e.kind == FileKind::Symlink

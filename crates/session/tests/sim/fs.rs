@@ -252,10 +252,10 @@ impl DestFs {
         Ok(())
     }
 
-    /// `fs::set_dir_times`.
-    pub fn set_dir_times(&mut self, path: &str, mtime: i64) {
-        if let Some(Node::Dir { mtime: m, .. }) = self.nodes.get_mut(path) {
-            *m = mtime;
+    /// `fs::finish_dir`: a directory's exact mode and its mtime.
+    pub fn finish_dir(&mut self, path: &str, mode: u32, mtime: i64) {
+        if let Some(Node::Dir { mode: m, mtime: t }) = self.nodes.get_mut(path) {
+            (*m, *t) = (mode & 0o7777, mtime);
         }
     }
 }

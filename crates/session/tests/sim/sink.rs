@@ -227,9 +227,11 @@ impl Sim {
                 Action::Send(frame) => self.send_to_source(frame),
                 Action::Forget { file_id, .. } => self.forget(file_id),
                 Action::Stop => self.snk_stop(),
-                Action::SetDirTimes { dest, mtime_ns } => {
-                    self.fs.set_dir_times(dest.as_str(), mtime_ns);
-                }
+                Action::FinishDir {
+                    dest,
+                    mode,
+                    mtime_ns,
+                } => self.fs.finish_dir(dest.as_str(), mode, mtime_ns),
                 Action::Ignored(t) => panic!("the source sent the sink a {t:?}"),
                 entry_action => {
                     let at = at

@@ -218,7 +218,7 @@ fn draw_tree(rng: &mut Rng, seed: u64, cb: u32) -> Vec<SrcFile> {
             dirs.push(path.clone());
         }
         let mode = match kind {
-            FileKind::Dir => rng.pick(&[0o755, 0o750, 0o700]),
+            FileKind::Dir => rng.pick(&[0o755, 0o750, 0o700, 0o555, 0o511]),
             _ => rng.pick(&[0o644, 0o600, 0o755, 0o444, 0o640]),
         };
         let entry = FileEntry {
