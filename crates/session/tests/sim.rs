@@ -8,11 +8,12 @@
 //! destination holds already (nothing, the same file, another version, partials of this
 //! version or another one), the network (1 to 4 data connections of their own latency
 //! and speed, so chunks reorder across them), the threads, and the faults: chunks damaged
-//! in flight, chunks duplicated, slow and failing disks, and a side that stops at a
-//! random moment (its connections close). Events run in (time, sequence) order on a
+//! in flight, chunks duplicated, slow and failing disks, source files that cannot be
+//! read after their scan, and a side that stops at a random moment (its connections
+//! close). Events run in (time, sequence) order on a
 //! virtual clock ([`run`]); every frame is encoded and decoded on its way ([`net`]).
-//! [`check`] states what must hold. A seed whose session crashed or lost files to the
-//! disk is then resumed (`--resume`) from what it left, and that session must end well.
+//! [`check`] states what must hold. A seed whose session crashed or failed files is then
+//! resumed (`--resume`) from what it left, and that session must end well.
 //!
 //! `cargo test -p sluice-session --test sim` runs 10,000 seeds; `SIM_SEEDS=N` runs N;
 //! `SIM_SEED=S ... -- --nocapture` replays seed S alone and prints its trace. A failing
@@ -42,7 +43,7 @@ mod source;
 #[path = "sim/world.rs"]
 mod world;
 
-use run::{Log, Sim};
+use run::{Log, Outcome, Sim};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,7 +70,12 @@ fn simulate(seed: u64, verbose: bool) -> (u64, Vec<Log>) {
     let first = session(World::draw(seed), verbose);
     let mut hash = first.trace;
     let mut logs = vec![first.log.clone()];
-    if first.log.crashed.is_some() || first.log.disk_failures > 0 {
+    let failed = first
+        .log
+        .outcomes
+        .values()
+        .any(|o| matches!(o, Outcome::Failed(_)));
+    if first.log.crashed.is_some() || failed {
         let w = first.w.resumed(first.fs.clone());
         let again = session(w, verbose);
         hash = rng::mix(hash, again.trace);
@@ -119,6 +125,7 @@ impl Coverage {
                 ("chunks waiting for their entry", l.waited),
                 ("chunks of ended files dropped", l.dropped),
                 ("disk failures", l.disk_failures),
+                ("read failures", l.read_failures),
                 ("bytes resumed", l.resumed_src),
                 ("partials complete at announce", l.completed_held),
                 ("files skipped", l.skipped_snk),

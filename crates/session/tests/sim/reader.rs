@@ -51,11 +51,55 @@ impl Sim {
         if let Some(t) = work.target() {
             self.src.sched.done(t);
         }
+        let Some(work) = self.read_failures(work) else {
+            self.src.readers[r] = Reader::Idle;
+            self.wake_readers();
+            return;
+        };
         let (chunk, payload) = self.frame(&work);
         let free = self.send_chunk(chunk, &payload);
         self.src.readers[r] = Reader::Idle;
         self.src.woken[r] = true;
         self.q.at(free, Ev::ReaderWake(r));
+    }
+
+    /// Files that cannot be read (the seed's faults) fail at the source
+    /// (`SourceCore::on_read_failed`) and are left out: a pack goes with the others, if
+    /// any (`read_pack`).
+    fn read_failures(&mut self, work: Work<SimFile>) -> Option<Work<SimFile>> {
+        let pm = self.w.faults.read_fail_pm;
+        let work = match work {
+            Work::Pack(files) => {
+                let (fail, read): (Vec<_>, Vec<_>) =
+                    files.into_iter().partition(|_| self.rng.chance(pm));
+                for f in fail {
+                    self.read_failed(f.id);
+                }
+                (!read.is_empty()).then_some(Work::Pack(read))
+            }
+            chunk => {
+                let Work::Chunk { file, .. } = &chunk else {
+                    unreachable!()
+                };
+                let id = file.id;
+                if self.rng.chance(pm) {
+                    self.read_failed(id);
+                    None
+                } else {
+                    Some(chunk)
+                }
+            }
+        };
+        self.src_progress();
+        work
+    }
+
+    fn read_failed(&mut self, file_id: u64) {
+        say!(self, "source: cannot read file {file_id}");
+        self.log.read_failures += 1;
+        let message = format!("injected: cannot read file {file_id}");
+        self.src.core.on_read_failed(file_id, message);
+        self.src_carry_out();
     }
 
     /// The chunk of `work` as `read.rs` frames it: a large file's piece, or small files

@@ -120,6 +120,7 @@ pub struct Log {
     pub waited: u64,
     pub dropped: u64,
     pub disk_failures: u64,
+    pub read_failures: u64,
     pub completed_held: u64,
     pub skipped_snk: u64,
     pub crashed: Option<Side>,

@@ -254,7 +254,7 @@ impl Sim {
     }
 
     /// `Master::carry_out`: every action the core queued.
-    fn src_carry_out(&mut self) {
+    pub fn src_carry_out(&mut self) {
         let mut wake = false;
         while let Some(action) = self.src.core.poll_action() {
             match action {
@@ -331,7 +331,7 @@ impl Sim {
         }
     }
 
-    fn wake_readers(&mut self) {
+    pub fn wake_readers(&mut self) {
         for r in 0..self.src.readers.len() {
             if self.src.readers[r] == Reader::Idle && !self.src.woken[r] {
                 self.src.woken[r] = true;

@@ -41,6 +41,8 @@ pub struct Faults {
     pub dup_pm: u64,
     /// Sink writes that fail (`EIO`/`ENOSPC`), per mille.
     pub disk_fail_pm: u64,
+    /// Source reads that fail (a file unreadable after its scan), per mille.
+    pub read_fail_pm: u64,
     /// Disk operations that stall for long (a slow disk), per mille.
     pub stall_pm: u64,
     /// The side that stops, after this many events: its connections close.
@@ -144,6 +146,7 @@ impl World {
         w.opts.resume = true;
         w.faults.crash = None;
         w.faults.disk_fail_pm = 0;
+        w.faults.read_fail_pm = 0;
         w.dest = dest;
         w
     }
@@ -168,6 +171,7 @@ fn draw_faults(rng: &mut Rng) -> Faults {
         corrupt_pm: rng.pick(&[0, 0, 10, 40, 100]),
         dup_pm: rng.pick(&[0, 0, 20, 100]),
         disk_fail_pm: rng.pick(&[0, 0, 0, 0, 0, 20, 100]),
+        read_fail_pm: rng.pick(&[0, 0, 0, 0, 0, 20, 100]),
         stall_pm: rng.pick(&[0, 10, 50]),
         crash,
     }
