@@ -10,10 +10,15 @@
 //! and speed, so chunks reorder across them), the threads, and the faults: chunks damaged
 //! in flight, chunks duplicated, slow and failing disks, source files that cannot be
 //! read after their scan, and a side that stops at a random moment (its connections
-//! close). Events run in (time, sequence) order on a
-//! virtual clock ([`run`]); every frame is encoded and decoded on its way ([`net`]).
-//! [`check`] states what must hold. A seed whose session crashed or failed files is then
-//! resumed (`--resume`) from what it left, and that session must end well.
+//! close). Events run in (time, sequence) order on a virtual clock ([`run`]); every
+//! frame is encoded and decoded on its way ([`net`]). [`check`] states what must hold.
+//! A seed whose session crashed or failed files is then resumed (`--resume`) from what
+//! it left, and that session must end well.
+//!
+//! Not modelled: compression (and `auto`), the queued pipeline's io-write threads (the
+//! net-recv threads write, as inline), read-ahead, and a peer that hangs without closing
+//! its connections (the source core waits for its answers for ever, as the engine
+//! does).
 //!
 //! `cargo test -p sluice-session --test sim` runs 10,000 seeds; `SIM_SEEDS=N` runs N;
 //! `SIM_SEED=S ... -- --nocapture` replays seed S alone and prints its trace. A failing
@@ -64,7 +69,7 @@ fn session(w: World, verbose: bool) -> Sim {
     sim
 }
 
-/// Runs seed `seed`: its session, and the resumed one after a crash or a failed disk.
+/// Runs seed `seed`: its session, and the resumed one after a crash or failed files.
 /// Returns the trace hash and what each session saw.
 fn simulate(seed: u64, verbose: bool) -> (u64, Vec<Log>) {
     let first = session(World::draw(seed), verbose);
