@@ -164,8 +164,12 @@ fn drain(
             Action::Send(frame) => shared.control.send(frame),
             Action::Forget { file_id, message } => forget(shared, file_id, message),
             Action::Stop => shared.stop(),
-            Action::SetDirTimes { dest, mtime_ns } => {
-                let _ = sinkfs::set_dir_times(&shared.root, &dest, mtime_ns);
+            Action::FinishDir {
+                dest,
+                mode,
+                mtime_ns,
+            } => {
+                let _ = sinkfs::finish_dir(&shared.root, &dest, mode, mtime_ns);
             }
             Action::Ignored(t) => tracing::debug!("sink ignores {t:?}"),
             entry_action => {

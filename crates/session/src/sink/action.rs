@@ -79,7 +79,7 @@ pub enum PartialFacts {
 pub enum Action {
     /// Send this frame to the source.
     Send(Frame),
-    /// Create the directory `dest` (writable by its owner until [`Action::SetDirTimes`]
+    /// Create the directory `dest` (writable by its owner until [`Action::FinishDir`]
     /// at `Close`); report with [`Master::made`].
     MakeDir {
         /// The entry.
@@ -169,10 +169,13 @@ pub enum Action {
     },
     /// `Close` arrived: the data threads stop (nothing more comes).
     Stop,
-    /// Set a received directory's mtime, now that its contents are in (deepest first).
-    SetDirTimes {
+    /// Give a received directory its exact permission bits and its mtime, now that its
+    /// contents are in (deepest first): it was made writable by its owner meanwhile.
+    FinishDir {
         /// The directory.
         dest: RelPath,
+        /// Its permission bits.
+        mode: u32,
         /// Its mtime.
         mtime_ns: i64,
     },

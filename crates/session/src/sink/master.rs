@@ -23,9 +23,10 @@ use super::error::FileError;
 pub struct Master {
     opts: Options,
     actions: VecDeque<Action>,
-    /// Directories made, whose mtime is set at `Close`, deepest (latest) first. One per
-    /// directory received: bounded by the tree, as `cp -a` and rsync keep them too.
-    dirs: Vec<(RelPath, i64)>,
+    /// Directories made, with the mode and mtime they get at `Close`, deepest (latest)
+    /// first. One per directory received: bounded by the tree, as `cp -a` and rsync keep
+    /// them too.
+    dirs: Vec<(RelPath, u32, i64)>,
     closing: bool,
     close_acked: bool,
 }
@@ -58,8 +59,12 @@ impl Master {
         if !self.closing || self.close_acked {
             return None;
         }
-        if let Some((dest, mtime_ns)) = self.dirs.pop() {
-            return Some(Action::SetDirTimes { dest, mtime_ns });
+        if let Some((dest, mode, mtime_ns)) = self.dirs.pop() {
+            return Some(Action::FinishDir {
+                dest,
+                mode,
+                mtime_ns,
+            });
         }
         self.close_acked = true;
         Some(Action::Send(Frame::CloseAck(CloseAck)))
@@ -314,7 +319,7 @@ impl Master {
     pub fn made(&mut self, entry: &FileEntry, dest: RelPath, result: Result<(), FileError>) {
         let result = result.map(|()| match entry.kind {
             FileKind::Dir => {
-                self.dirs.push((dest, entry.mtime_ns));
+                self.dirs.push((dest, entry.mode, entry.mtime_ns));
                 [0; 16]
             }
             FileKind::Symlink => [0; 16],

@@ -8,7 +8,7 @@
 //!   for each manifest entry, the destination facts it needs ([`Master::probe`]) and its
 //!   decision ([`Master::announce`]); the results of the file-system work it asked for
 //!   ([`Master::made`]); [`Action`]s out ([`Master::poll_action`]), `Close` included
-//!   (directory times deepest first, then `CloseAck`).
+//!   (directories' modes and times deepest first, then `CloseAck`).
 //! * [`FileTable`] (under a mutex shared by the receiving threads): where a chunk finds
 //!   its file, waits for the manifest to announce it (until a deadline, time passed in),
 //!   or learns that it has ended (dropped at once).

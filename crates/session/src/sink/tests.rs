@@ -90,17 +90,18 @@ fn same_there(p: Probe, f: &mut DestFacts) {
 }
 
 #[test]
-fn directories_are_made_at_once_and_get_their_times_at_close_deepest_first() {
+fn directories_are_made_at_once_and_get_their_modes_and_times_at_close_deepest_first() {
     let mut m = Master::new(opts(false, false, false));
-    for (id, path) in [(1, "d"), (2, "d/e"), (3, "x")] {
-        let e = entry(id, path, FileKind::Dir, 0);
+    for (id, path, mode) in [(1, "d", 0o555), (2, "d/e", 0o751), (3, "x", 0o700)] {
+        let mut e = entry(id, path, FileKind::Dir, 0);
+        e.mode = mode;
         let (asked, actions) = announce_with(&mut m, &e, nothing_there);
         assert!(asked.is_empty());
         let dest = e.path.clone();
         let make = Action::MakeDir {
             file_id: id,
             dest: dest.clone(),
-            mode: 0o640,
+            mode: e.mode,
         };
         assert_eq!(actions, [make, Action::Announced { file_id: id }]);
         let result = if id == 3 {
@@ -122,13 +123,15 @@ fn directories_are_made_at_once_and_get_their_times_at_close_deepest_first() {
         reason: CloseReason::Done,
     });
     assert_eq!(m.on_frame(close), Ok(Flow::Closed));
-    let times = |p: &str| Action::SetDirTimes {
+    let finish = |p: &str, mode| Action::FinishDir {
         dest: RelPath::parse(p).expect("valid"),
+        mode,
         mtime_ns: 7,
     };
     let ack = Action::Send(Frame::CloseAck(sluice_wire::CloseAck));
-    // The directory that failed gets no times.
-    assert_eq!(drain(&mut m), [Action::Stop, times("d/e"), times("d"), ack]);
+    // The directory that failed is not finished; a read-only one gets its mode back.
+    let closing = [Action::Stop, finish("d/e", 0o751), finish("d", 0o555), ack];
+    assert_eq!(drain(&mut m), closing);
     assert_eq!(m.poll_action(), None);
 }
 

@@ -8,8 +8,9 @@
 //!   [`SourceCore::on_scan_idle`] (nothing now, or held back), [`SourceCore::on_scan_end`];
 //! * from the sink: [`SourceCore::on_frame`], [`SourceCore::on_idle`] (nothing now),
 //!   [`SourceCore::on_peer_closed`];
-//! * from the data path: [`SourceCore::on_data_sent`] (every chunk sent, the data
-//!   connections closed), and the clock: [`SourceCore::on_tick`].
+//! * from the data path: [`SourceCore::on_read_failed`] (a file could not be read),
+//!   [`SourceCore::on_data_sent`] (every chunk sent, the data connections closed), and
+//!   the clock: [`SourceCore::on_tick`].
 //!
 //! [`SourceCore::waiting_for`] says what it waits for; [`SourceCore::can_announce`]
 //! whether the scanner may hand it another entry (at most [`MAX_FILES_IN_FLIGHT`] files
@@ -345,6 +346,30 @@ impl SourceCore {
         self.settle();
         self.check();
         result
+    }
+
+    /// A reader could not read file `file_id` (a chunk of it, or the pack it is in): the
+    /// file fails at this side. `FileFailed` is its final word (the sink forgets it and
+    /// keeps its partial for resume), none of the rest of it is read, and it leaves the
+    /// window, so the session can end. The batch goes out first: the file's entry may be
+    /// in it, and the sink must know the file before it forgets it. A file already
+    /// answered is left as it is (a second chunk of it failing, or the sink's word first).
+    pub fn on_read_failed(&mut self, file_id: u64, message: String) {
+        self.begin();
+        if !matches!(self.phase, Phase::Scanning | Phase::Answering) {
+            return; // every file is answered already
+        }
+        let Some(a) = self.pending.remove(&file_id) else {
+            return;
+        };
+        self.send_manifest();
+        self.push(SourceAction::Cancel { file_id });
+        let failed = FileFailed::new(file_id, ErrorCode::Io, message.clone());
+        self.push(SourceAction::Send(Frame::FileFailed(failed)));
+        let entry = a.entry;
+        self.push(SourceAction::Report(Report::Failed { entry, message }));
+        self.settle();
+        self.check();
     }
 
     /// The sink closed the control connection.

@@ -359,6 +359,51 @@ fn a_failed_file_is_cancelled_and_reported_once() {
 }
 
 #[test]
+fn a_file_the_source_cannot_read_fails_here_once_and_leaves_the_window() {
+    let mut c = core(false);
+    scan(&mut c, vec![file(1, 5 << 20), file(2, 10)]);
+    assert_eq!(c.waiting_for(), Waiting::Answers);
+    c.on_read_failed(1, "reading \"f1\" at 0: EIO".into());
+    let acts = actions(&mut c);
+    assert_eq!(acts[0], SourceAction::Cancel { file_id: 1 });
+    let failed = FileFailed::new(1, ErrorCode::Io, "reading \"f1\" at 0: EIO");
+    assert_eq!(acts[1], SourceAction::Send(Frame::FileFailed(failed)));
+    assert!(
+        matches!(&acts[2], SourceAction::Report(Report::Failed { entry, message }) if entry.file_id == 1 && message.contains("EIO"))
+    );
+    assert_eq!(acts.len(), 3, "file 2 is still in flight");
+    // Another chunk of it failing, or the sink's word on it, changes nothing.
+    c.on_read_failed(1, "again".into());
+    assert!(actions(&mut c).is_empty());
+    c.on_frame(done(1), at(0)).unwrap();
+    assert!(actions(&mut c).is_empty());
+    // The last file failing ends the files: the session can close.
+    c.on_read_failed(2, "gone".into());
+    assert_eq!(actions(&mut c).last(), Some(&SourceAction::EndOfFiles));
+    assert_eq!(c.waiting_for(), Waiting::DataSent);
+    c.on_read_failed(2, "late".into());
+    assert!(actions(&mut c).is_empty());
+}
+
+#[test]
+fn a_file_that_fails_while_scanning_leaves_the_window_at_once() {
+    let mut c = core(false);
+    c.on_entry(0, file(1, 100));
+    actions(&mut c);
+    c.on_read_failed(1, "unreadable".into());
+    let acts = actions(&mut c);
+    assert_eq!(acts.len(), 4, "the batch, Cancel, FileFailed, the report");
+    // The sink learns of the file before it learns that it failed.
+    let frames = sent(&acts);
+    assert!(
+        matches!(frames[..], [Frame::Manifest(m), Frame::FileFailed(f)] if m.entries[0].file_id == 1 && f.file_id == 1)
+    );
+    assert_eq!(c.in_flight(), 0);
+    c.on_scan_end();
+    assert_eq!(actions(&mut c).last(), Some(&SourceAction::EndOfFiles));
+}
+
+#[test]
 fn a_nack_resends_the_chunk_or_the_small_file() {
     let size = 2 * u64::from(CHUNK) + 9;
     let mut c = core(false);
