@@ -515,6 +515,13 @@ fn rich_tree(base: &Path) -> PathBuf {
     chmod(&src.join("perm/readonly"), 0o444);
     std::fs::create_dir_all(src.join("perm/d751")).expect("mkdir");
     chmod(&src.join("perm/d751"), 0o751);
+    // A read-only directory with a file in it: the sink writes into it with the owner's
+    // bits added and gives it its own mode back at the end (it arrived 0o755 before).
+    write(
+        &src.join("perm/d555/inside.txt"),
+        b"in a read-only directory",
+    );
+    chmod(&src.join("perm/d555"), 0o555);
     // Mtimes, files first, then directories deepest first.
     let snap = snapshot(&src);
     let mut k = 0u64;

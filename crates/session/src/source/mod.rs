@@ -263,35 +263,6 @@ impl SourceCore {
         self.check();
     }
 
-    /// The data path could not read file `file_id` (it vanished, shrank, or the disk
-    /// failed): the file ends here, failed. The sink is told (it forgets the file and
-    /// keeps its partial for `--resume`; it answers nothing), the rest of the file is
-    /// cancelled, and the failure is counted. Nothing happens for a file already
-    /// answered (a stray resend's read).
-    pub fn on_read_failed(&mut self, file_id: u64, message: String) {
-        self.begin();
-        let live = matches!(
-            self.phase,
-            Phase::Scanning | Phase::Answering | Phase::Sending
-        );
-        let ended = if live {
-            self.pending.remove(&file_id)
-        } else {
-            None
-        };
-        if let Some(a) = ended {
-            let failed = FileFailed::new(file_id, ErrorCode::Io, message.clone());
-            self.push(SourceAction::Send(Frame::FileFailed(failed)));
-            self.push(SourceAction::Cancel { file_id });
-            self.push(SourceAction::Report(Report::Failed {
-                entry: a.entry,
-                message,
-            }));
-            self.settle();
-        }
-        self.check();
-    }
-
     /// The scanner has nothing right now, or is held back (the window or the scheduler
     /// is full): the batch goes out, and the partly filled pack is released.
     pub fn on_scan_idle(&mut self) {

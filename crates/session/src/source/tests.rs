@@ -596,8 +596,8 @@ fn a_file_the_source_cannot_read_ends_failed_and_the_session_goes_on() {
     c.on_read_failed(1, "reading \"f1\" at 0: Input/output error".into());
     let got = actions(&mut c);
     let failed = FileFailed::new(1, ErrorCode::Io, "reading \"f1\" at 0: Input/output error");
-    assert_eq!(got[0], SourceAction::Send(Frame::FileFailed(failed)));
-    assert_eq!(got[1], SourceAction::Cancel { file_id: 1 });
+    assert_eq!(got[0], SourceAction::Cancel { file_id: 1 });
+    assert_eq!(got[1], SourceAction::Send(Frame::FileFailed(failed)));
     assert!(
         matches!(&got[2], SourceAction::Report(Report::Failed { entry, .. }) if entry.file_id == 1),
         "{got:?}"

@@ -96,17 +96,6 @@ pub fn finish_dir(root: &Root, rel: &RelPath, mode: u32, mtime_ns: i64) -> Resul
     set_mode_and_mtime(&d, mode, mtime_ns).map_err(|(op, e)| root.err(op, rel.as_str(), e))
 }
 
-/// Sets only a directory's mtime (mode unchanged); see [`finish_dir`].
-///
-/// # Errors
-/// As [`finish_dir`].
-pub fn set_dir_times(root: &Root, rel: &RelPath, mtime_ns: i64) -> Result<(), FsError> {
-    let (dir, name) = root.parent_of(rel, false)?;
-    let d = open_dir_nofollow(root, &dir, rel, name)?;
-    d.set_times(std::fs::FileTimes::new().set_modified(system_time_of(mtime_ns)))
-        .map_err(|e| root.err(Op::SetTimes, rel.as_str(), e))
-}
-
 /// For `--update`: whether `rel` is a regular file of `size` bytes with mtime
 /// `mtime_ns` (so it need not be sent). Any error (missing, unreadable) is `false`.
 pub fn same_size_and_mtime(root: &Root, rel: &RelPath, size: u64, mtime_ns: i64) -> bool {
