@@ -129,6 +129,8 @@ impl Coverage {
                 ("chunks left with the writer", l.queued),
                 ("chunks waiting for their entry", l.waited),
                 ("chunks of ended files dropped", l.dropped),
+                ("chunks late for their entry, asked again", l.late),
+                ("manifests applied past the entry wait", l.master_stalls),
                 ("disk failures", l.disk_failures),
                 ("read failures", l.read_failures),
                 ("bytes resumed", l.resumed_src),

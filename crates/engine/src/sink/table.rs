@@ -5,6 +5,16 @@ use super::{lock, Entry, Shared, ABORT_POLL};
 use sluice_session::sink::{FileTable, Forgotten, Lookup, TableError};
 use std::sync::{Arc, Condvar, Mutex};
 
+/// Where a received chunk's file stands after [`Table::wait`].
+pub(super) enum Waited {
+    /// In the table.
+    Found(Arc<Entry>),
+    /// Ended already (or the session is ending): drop the chunk and acknowledge it.
+    Gone,
+    /// Not announced in time: ask the source for the chunk again.
+    Late,
+}
+
 /// Files announced and not finished, by id (bounded by the source's in-flight window).
 #[derive(Debug, Default)]
 pub(super) struct Table {
@@ -35,17 +45,19 @@ impl Table {
         lock(&self.files).forget(id)
     }
 
-    /// The entry for `id`, waiting for the manifest to announce it; `None` at once for a
-    /// file announced and already finished, or when the wait is over (deadline, abort).
-    pub(super) fn wait(&self, id: u64, shared: &Shared) -> Option<Arc<Entry>> {
+    /// The entry for `id`, waiting for the manifest to announce it: [`Waited::Gone`] at
+    /// once for a file announced and already finished (or once the session aborts),
+    /// [`Waited::Late`] when the deadline passes first.
+    pub(super) fn wait(&self, id: u64, shared: &Shared) -> Waited {
         let deadline = FileTable::<Arc<Entry>>::deadline(shared.now());
         let mut files = lock(&self.files);
         loop {
             let now = shared.now();
             match files.lookup(id, now, deadline) {
-                Lookup::Found(e) => return Some(Arc::clone(e)),
-                Lookup::Gone => return None,
-                Lookup::Wait if shared.aborted() => return None,
+                Lookup::Found(e) => return Waited::Found(Arc::clone(e)),
+                Lookup::Gone => return Waited::Gone,
+                Lookup::Late => return Waited::Late,
+                Lookup::Wait if shared.aborted() => return Waited::Gone,
                 Lookup::Wait => {}
             }
             let left = deadline.saturating_since(now).min(ABORT_POLL);

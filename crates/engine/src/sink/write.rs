@@ -3,6 +3,7 @@
 //! [`FileChunks`](sluice_session::sink::FileChunks)).
 
 use super::complete::{complete, finish_entry};
+use super::table::Waited;
 use super::{lock, Entry, Pending, Received, Shared};
 use crate::error::EngineError;
 use crate::fs::{self as sinkfs, FsError, ResumeMode, SinkFile};
@@ -12,7 +13,7 @@ use crossbeam_channel::bounded;
 use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_session::sink::{FileError, Next, Offer};
-use sluice_wire::{chunk_checksum, ChunkHeader, FileDigest, Segment};
+use sluice_wire::{chunk_checksum, ChunkHeader, ChunkNack, FileDigest, Frame, Segment};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -62,12 +63,16 @@ fn write_packed(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slo
         let len = seg.len as usize;
         let bytes = &data[at..at + len];
         at += len;
-        let Some(e) = shared.table.wait(seg.file_id, shared) else {
-            tracing::warn!(
-                "file {} already ended or never announced: dropped",
-                seg.file_id
-            );
-            continue;
+        let e = match shared.table.wait(seg.file_id, shared) {
+            Waited::Found(e) => e,
+            Waited::Gone => {
+                tracing::warn!("file {} already ended: dropped", seg.file_id);
+                continue;
+            }
+            Waited::Late => {
+                ask_again(shared, seg.file_id, 0);
+                continue;
+            }
         };
         let digest = FileDigest::of_ordered(&[chunk_checksum(bytes)]);
         let result = sinkfs::write_small_file(
@@ -93,13 +98,18 @@ fn write_packed(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slo
 /// that arrives while another thread writes it is left with that thread, which writes
 /// it before it stops (flat combining, see `FileChunks`).
 fn write_large(shared: &Shared, header: ChunkHeader, slot: Slot) {
-    let Some(e) = shared.table.wait(header.file_id, shared) else {
-        tracing::warn!(
-            "file {} already ended or never announced: chunk dropped",
-            header.file_id
-        );
-        ack_all(shared, [(header, slot)]);
-        return;
+    let e = match shared.table.wait(header.file_id, shared) {
+        Waited::Found(e) => e,
+        Waited::Gone => {
+            tracing::warn!("file {} already ended: chunk dropped", header.file_id);
+            ack_all(shared, [(header, slot)]);
+            return;
+        }
+        Waited::Late => {
+            drop(slot);
+            ask_again(shared, header.file_id, header.offset);
+            return;
+        }
     };
     let Some((file, first)) = become_writer(shared, &e, (header, slot)) else {
         return;
@@ -221,6 +231,20 @@ fn ack(shared: &Shared, header: &ChunkHeader) {
     if let Some(frame) = sluice_session::sink::ack(shared.opts.chunk_acks, header) {
         shared.control.send(frame);
     }
+}
+
+/// A chunk (or a packed small file, offset 0) whose file the manifest did not announce
+/// in time: the source sends it again rather than it being lost.
+fn ask_again(shared: &Shared, file_id: u64, offset: u64) {
+    tracing::warn!(
+        "file {file_id}: a chunk waited {:?} for its manifest entry: asking for it again",
+        sluice_session::sink::ENTRY_WAIT
+    );
+    shared.control.send(Frame::ChunkNack(ChunkNack {
+        file_id,
+        offset,
+        reason: sluice_session::sink::NACK_REASON,
+    }));
 }
 
 /// [`ack`] for each chunk of `chunks`, which are dropped.

@@ -52,9 +52,13 @@ impl std::error::Error for TableError {}
 pub enum Lookup<'a, T> {
     /// In the table.
     Found(&'a T),
-    /// Announced and already finished (failed, skipped, complete), or not announced by
-    /// the deadline: drop the chunk (and acknowledge it).
+    /// Announced and already finished (failed, skipped, complete): drop the chunk (and
+    /// acknowledge it).
     Gone,
+    /// Not announced by the deadline: ask for the chunk again (`ChunkNack`), never drop
+    /// it. Dropped, it was lost for a file announced after all, which then never
+    /// completed while the source waited for its answer (found by the simulation).
+    Late,
     /// Not announced yet: wait for the manifest (until the deadline).
     Wait,
 }
@@ -155,8 +159,11 @@ impl<T> FileTable<T> {
         if let Some(f) = self.files.get(&file_id) {
             return Lookup::Found(f);
         }
-        if file_id <= self.announced_max || now >= deadline {
+        if file_id <= self.announced_max {
             return Lookup::Gone;
+        }
+        if now >= deadline {
+            return Lookup::Late;
         }
         Lookup::Wait
     }
@@ -185,13 +192,17 @@ mod tests {
     }
 
     #[test]
-    fn a_chunk_waits_for_an_unannounced_file_until_its_deadline() {
+    fn a_chunk_waits_for_an_unannounced_file_until_its_deadline_then_is_late() {
         let mut t: FileTable<&str> = FileTable::default();
         let deadline = FileTable::<&str>::deadline(at(0));
         assert_eq!(deadline, at(60_000));
         assert_eq!(t.lookup(5, at(0), deadline), Lookup::Wait);
         assert_eq!(t.lookup(5, at(59_999), deadline), Lookup::Wait);
-        assert_eq!(t.lookup(5, at(60_000), deadline), Lookup::Gone);
+        assert_eq!(
+            t.lookup(5, at(60_000), deadline),
+            Lookup::Late,
+            "asked for again, not dropped"
+        );
         t.insert(5, "five").expect("room");
         t.announced(5);
         assert_eq!(t.lookup(5, at(1), deadline), Lookup::Found(&"five"));

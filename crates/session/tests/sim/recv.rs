@@ -10,8 +10,8 @@
 use crate::net::Tx;
 use crate::run::{instant, say, End, Ev, Sim};
 use crate::sink::Shared;
-use sluice_session::sink::{ack, nacks, FileError, Lookup, Next, Offer, ENTRY_WAIT};
-use sluice_wire::{chunk_checksum, ChunkHeader, ErrorCode, FileDigest, Frame, Segment};
+use sluice_session::sink::{ack, nacks, FileError, Lookup, Next, Offer, ENTRY_WAIT, NACK_REASON};
+use sluice_wire::{chunk_checksum, ChunkHeader, ChunkNack, ErrorCode, FileDigest, Frame, Segment};
 
 /// A verified chunk of a large file, waiting for (or with) its writer.
 #[derive(Debug)]
@@ -59,6 +59,7 @@ pub enum Recv {
 enum Look {
     Found(Shared),
     Gone,
+    Late,
     Wait,
 }
 
@@ -199,6 +200,7 @@ impl Sim {
         {
             Lookup::Found(e) => Look::Found(e.clone()),
             Lookup::Gone => Look::Gone,
+            Lookup::Late => Look::Late,
             Lookup::Wait if self.snk.stopped => Look::Gone,
             Lookup::Wait => Look::Wait,
         }
@@ -242,6 +244,12 @@ impl Sim {
                 }
                 Look::Gone => {
                     self.log.dropped += 1;
+                    *at += s.len as usize;
+                    *seg += 1;
+                    *deadline = None;
+                }
+                Look::Late => {
+                    self.ask_again(s.file_id, 0);
                     *at += s.len as usize;
                     *seg += 1;
                     *deadline = None;
@@ -299,6 +307,10 @@ impl Sim {
             Look::Gone => {
                 self.log.dropped += 1;
                 self.delivered(&chunk.header);
+            }
+            Look::Late => {
+                self.ask_again(chunk.header.file_id, chunk.header.offset);
+                self.release_slot();
             }
             Look::Wait => {
                 self.log.waited += 1;
@@ -428,6 +440,21 @@ impl Sim {
 
     /// A chunk is done with (written, or dropped): acknowledged where the session asks,
     /// its slot freed.
+    /// The engine's `ask_again`: a chunk whose entry did not come in time is asked for
+    /// again, never dropped.
+    fn ask_again(&mut self, file_id: u64, offset: u64) {
+        say!(
+            self,
+            "recv: file {file_id} at {offset}: no entry in time: nack"
+        );
+        self.log.late += 1;
+        self.send_to_source(Frame::ChunkNack(ChunkNack {
+            file_id,
+            offset,
+            reason: NACK_REASON,
+        }));
+    }
+
     fn delivered(&mut self, header: &ChunkHeader) {
         if let Some(frame) = ack(self.w.opts.chunk_acks, header) {
             self.send_to_source(frame);

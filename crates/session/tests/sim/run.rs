@@ -119,6 +119,10 @@ pub struct Log {
     pub queued: u64,
     pub waited: u64,
     pub dropped: u64,
+    /// Chunks whose entry did not come in time, asked for again.
+    pub late: u64,
+    /// Manifests the sink's master took past `ENTRY_WAIT` to apply.
+    pub master_stalls: u64,
     pub disk_failures: u64,
     pub read_failures: u64,
     pub completed_held: u64,

@@ -12,7 +12,7 @@ use crate::source::brief;
 use crate::world::World;
 use sluice_session::sink::{
     ended_frame, Action, ChunkAccount, DestFacts, FileChunks, FileError, FileTable, Flow,
-    Forgotten, Master, Options, PartialFacts, Probe,
+    Forgotten, Master, Options, PartialFacts, Probe, ENTRY_WAIT,
 };
 use sluice_wire::{FileEntry, Frame};
 use std::cell::RefCell;
@@ -37,6 +37,8 @@ pub struct Sink {
     inbox: VecDeque<Frame>,
     /// A `SnkMaster` event is scheduled.
     busy: bool,
+    /// The frame at the head of the inbox has stalled the master once already.
+    stalled: bool,
     /// The net-recv threads, one per data connection, and what waits on each socket.
     pub recv: Vec<Recv>,
     pub inboxes: Vec<VecDeque<Box<Tx>>>,
@@ -73,6 +75,7 @@ impl Sink {
             table: FileTable::default(),
             inbox: VecDeque::new(),
             busy: false,
+            stalled: false,
             recv: (0..n).map(|_| Recv::Idle).collect(),
             inboxes: (0..n).map(|_| VecDeque::new()).collect(),
             recv_woken: vec![false; n],
@@ -110,6 +113,10 @@ impl Sim {
         let Some(frame) = self.snk.inbox.pop_front() else {
             return;
         };
+        if self.master_stalls(&frame) {
+            self.snk.inbox.push_front(frame);
+            return;
+        }
         say!(self, "sink <- {}", brief(&frame));
         let mut cost = 1;
         match self.snk.master.on_frame(frame) {
@@ -135,6 +142,24 @@ impl Sim {
             self.snk.busy = true;
             self.q.at(self.now + cost, Ev::SnkMaster);
         }
+    }
+
+    /// Whether the master stalls before applying `frame` (a manifest, at most once):
+    /// it takes it up again once `ENTRY_WAIT` has passed, so chunks of its files that
+    /// arrived meanwhile are late.
+    fn master_stalls(&mut self, frame: &Frame) -> bool {
+        let stall = matches!(frame, Frame::Manifest(_))
+            && !self.snk.stalled
+            && self.rng.chance(self.w.faults.master_stall_pm);
+        self.snk.stalled = stall;
+        if stall {
+            say!(self, "sink: the master stalls past the entry wait");
+            self.log.master_stalls += 1;
+            self.snk.busy = true;
+            let wait = u64::try_from(ENTRY_WAIT.as_micros()).expect("small");
+            self.q.at(self.now + wait + 1_000_000, Ev::SnkMaster);
+        }
+        stall
     }
 
     /// The source closed the control connection.

@@ -45,6 +45,9 @@ pub struct Faults {
     pub read_fail_pm: u64,
     /// Disk operations that stall for long (a slow disk), per mille.
     pub stall_pm: u64,
+    /// Manifests the sink's master applies only after `ENTRY_WAIT` (a master stuck on
+    /// a slow file system), per mille: chunks that overtook them are late.
+    pub master_stall_pm: u64,
     /// The side that stops, after this many events: its connections close.
     pub crash: Option<(Side, u64)>,
 }
@@ -173,6 +176,7 @@ fn draw_faults(rng: &mut Rng) -> Faults {
         disk_fail_pm: rng.pick(&[0, 0, 0, 0, 0, 20, 100]),
         read_fail_pm: rng.pick(&[0, 0, 0, 0, 0, 20, 100]),
         stall_pm: rng.pick(&[0, 10, 50]),
+        master_stall_pm: rng.pick(&[0, 0, 0, 0, 0, 0, 0, 100]),
         crash,
     }
 }
