@@ -473,8 +473,11 @@ def baseline_lines(agg, meta):
                      fmt_s(s["cpu"]), fmt_s(b["cpu"]), cpu, ""])
     if not rows:
         return []
+    how = ("interleaved run by run on each workload" if meta.get("sluice_base_interleaved") == "yes" else
+           "one after the other on each workload (all runs of this build, then all of the baseline: a drift of the "
+           "machine within those minutes shows as a difference between the builds)")
     lines = [f"## This build against the baseline build (`{meta.get('sluice_base', '?')}`)", "",
-             "Both run in this run, one after the other on each workload. Ratio: this build's throughput over the "
+             f"Both run in this run, {how}. Ratio: this build's throughput over the "
              "baseline's (above 1: faster); CPU ratio: this build's CPU seconds over the baseline's (below 1: cheaper).", ""]
     lines += md_table(["section", "path", "workload", "MB/s", "baseline MB/s", "ratio", "CPU s", "baseline CPU s",
                        "CPU ratio", "note"], rows)

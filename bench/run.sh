@@ -19,8 +19,9 @@
 #   --only REGEX       only cases whose "section/path/workload/tool/variant" matches
 #   --sluice BIN       the sluice binary (default target/release/sluice, built if missing)
 #   --sluice-base BIN  a second sluice binary (an earlier build) run as tool `sluice-base`
-#                      right after sluice in every loopback and path case, so a change is
-#                      measured against its baseline in the same run
+#                      beside sluice in every loopback, path and million case, the two
+#                      interleaved run by run, so a change is measured against its
+#                      baseline in the same run
 #
 # Needs root for namespaces, dropping caches and installing packages; without root it
 # runs what it can on loopback and says what it skipped.
@@ -170,7 +171,8 @@ main() {
     # ---- every tool on every workload over loopback (local cp and tar|tar: the ceilings)
     for w in $WORKLOADS; do
         [ -f "$DATA/.$w.ok" ] || continue
-        for t in cp tar-tar sluice $BASE_TOOL; do run_transfer transfer "$w" "$t" "$REPS"; done
+        for t in cp tar-tar; do run_transfer transfer "$w" "$t" "$REPS"; done
+        run_interleaved transfer "$w" "$REPS" sluice $BASE_TOOL
         case $w in
             big | many)  # direct I/O (the default) against the page cache
                 run_sluice_variant transfer "$w" buffered
@@ -192,8 +194,7 @@ main() {
             if ! path_setup "$p"; then note "path $p could not be set up"; continue; fi
             run_iperf 1 "$IPERF_SECS"
             run_iperf "$PEER_STREAMS" "$IPERF_SECS"
-            run_transfer path path-big sluice "$REPS"
-            [ -n "$BASE_TOOL" ] && run_transfer path path-big sluice-base "$REPS"
+            run_interleaved path path-big "$REPS" sluice $BASE_TOOL
             run_transfer path path-big gridftp "$REPS"
             # small files on two links: does sluice spread them?
             [ "$p" = veth2 ] && run_transfer path tree sluice "$REPS"
@@ -242,7 +243,7 @@ main() {
         echo "load_start=$LOAD_START"
         echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"
         echo "sluice=$SLUICE_VERSION"
-        [ -n "$SLUICE_BASE_SRC" ] && echo "sluice_base=$SLUICE_BASE_SRC"
+        [ -n "$SLUICE_BASE_SRC" ] && echo "sluice_base=$SLUICE_BASE_SRC" && echo "sluice_base_interleaved=yes"
         echo "git=$GIT_REV${GIT_DIRTY:+ ($GIT_DIRTY uncommitted changes under crates/)}"
         echo "sluice_flags=$SLUICE_CLI_FLAGS"
         echo "peer_streams=$PEER_STREAMS"

@@ -60,7 +60,7 @@ run_transfer() {
     fi
     local dst="$DST/$tool" rep tmo rc t0 t1 secs status note l0 l1 wire facts
     tmo=$(_timeout_for "$bytes" "$files")
-    for ((rep = 1; rep <= reps; rep++)); do
+    for ((rep = ${REP_FROM:-1}; rep < ${REP_FROM:-1} + reps; rep++)); do
         rm -f "$RUNTMP/sluice.json"
         local pstart=$EPOCHREALTIME
         if ! tool_dst "$tool" "$dst"; then
@@ -130,6 +130,21 @@ run_transfer() {
         dst_clear "$dst" "$files"
         echo "phases: start $(fsub "$p0" "$pstart") drop $(fsub "$p1" "$p0") run $(fsub "$p2" "$p1") stop $(fsub "$p3" "$p2") verify $(fsub "$p5" "$p4") rm $(fsub "$EPOCHREALTIME" "$p5")" >>"$OUT/logs/phases.log"
         [ $status = ok ] || break
+    done
+}
+
+# run_interleaved SECTION WORKLOAD REPS TOOL...: one run of each TOOL in turn, REPS
+# rounds, the order reversed every other round, so that two builds of one tool (sluice,
+# sluice-base) meet the same drift of a shared machine and neither always goes first;
+# with one TOOL, as run_transfer.
+run_interleaved() {
+    local section=$1 wl=$2 reps=$3 r t order
+    shift 3
+    if [ $# = 1 ]; then run_transfer "$section" "$wl" "$1" "$reps"; return; fi
+    for ((r = 1; r <= reps; r++)); do
+        order=("$@")
+        ((r % 2)) || order=($(printf '%s\n' "$@" | tac))
+        for t in "${order[@]}"; do REP_FROM=$r run_transfer "$section" "$wl" "$t" 1; done
     done
 }
 
