@@ -4,6 +4,10 @@
 //! decisions live in the library crates (`sluice-topology`, `sluice-placement`,
 //! `sluice-affinity`, `sluice-buffers`, `sluice-engine`).
 
+// The flags' doc comments are their `--help` text, written as users read it
+// (`zstd[:LEVEL]`), not as rustdoc links.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 mod cp_cmd;
 mod demo_cmd;
 mod exit;

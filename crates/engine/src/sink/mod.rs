@@ -2,13 +2,13 @@
 //! around [`sluice_session::sink`], which decides; this module does the socket and file
 //! work it asks for and reports the results back.
 //!
-//! Threads: the master (the calling thread, [`master`]) applies the manifest
+//! Threads: the master (the calling thread, `master`) applies the manifest
 //! (directories ahead, links, empty files, resume answers); one net-recv thread per data
-//! connection ([`recv`]), pinned by the plan, reads each chunk straight into a slot of
+//! connection (`recv`), pinned by the plan, reads each chunk straight into a slot of
 //! its channel's NUMA-local pool, verifies its checksum (a corrupted chunk is
 //! re-requested, never written) and writes it itself (inline) or hands it to the
 //! channel's io-write threads ([`write`], queued). A file is renamed into place only
-//! when every chunk is written (and, with `--verify`, re-read) ([`complete`]).
+//! when every chunk is written (and, with `--verify`, re-read) (`complete`).
 
 mod complete;
 mod master;
