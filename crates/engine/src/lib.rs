@@ -1,5 +1,8 @@
 //! The sluice transfer engine: the daemon, the client and the per-channel data path
-//! (read → send → receive → write) that the plan places on NUMA nodes.
+//! (read → send → receive → write) that the plan places on NUMA nodes. The engine is the
+//! I/O shell around `sluice-session`, which decides the protocol with no I/O: the engine
+//! owns the threads, sockets, files and clocks, feeds the session core events and
+//! carries out its actions.
 //!
 //! * [`daemon::serve`] accepts sessions under a confined root.
 //! * [`client::copy`] pushes or pulls files, trees and lots of small files.
