@@ -1023,7 +1023,7 @@ fn a_daemon_states_streams_beyond_its_plan_in_one_warning() {
     std::fs::create_dir(&root).expect("mkdir");
     let file = dir.path().join("f.bin");
     std::fs::write(&file, vec![7u8; 3 << 20]).expect("write");
-    let daemon = common::Daemon::start_with(&root, &["--streams", "1"]);
+    let daemon = common::Daemon::start_with(&root, &["--streams", "1"], &[]);
     let file_s = file.to_str().expect("utf-8");
     let out = common::cp(
         &["--json", "--streams", "3", file_s, &daemon.url("f.bin")],
@@ -1060,7 +1060,7 @@ fn a_resumable_failure_hints_resume_and_others_do_not() {
     let file = dir.path().join("f.bin");
     std::fs::write(&file, b"data").expect("write");
     let file_s = file.to_str().expect("utf-8");
-    let busy = common::Daemon::start_with(&root, &["--max-connections", "1"]);
+    let busy = common::Daemon::start_with(&root, &["--max-connections", "1"], &[]);
     let out = common::cp(&[file_s, &busy.url("f.bin")], None);
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);

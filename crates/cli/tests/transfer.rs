@@ -10,26 +10,19 @@
 use serde_json::Value;
 use sluice_wire::{chunk_checksum, Codec, FileDigest, Frame};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+mod common;
+
+use common::{ChildGuard, Daemon, BIN, COMMAND_TIMEOUT, FAULT_CORRUPT, SMALL};
 const MIB: usize = 1 << 20;
 /// The chunk size every test uses (`SMALL`).
 const CHUNK: usize = MIB;
-/// Small buffer pools and chunks on both sides.
-const SMALL: [&str; 4] = ["--buffer-mem", "64MiB", "--chunk-size", "1MiB"];
-/// How long a daemon may take to print its `--json` line.
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long one `sluice` command may run before the test fails.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(90);
-/// The engine's fault knob (crates/engine/src/fault.rs, built only with the `fault-injection` feature, which these tests enable).
-const FAULT_CORRUPT: &str = "SLUICE_FAULT_CORRUPT_CHUNK";
 /// The engine's knob that fails every read of a file of this name with EIO (fault.rs).
 const FAULT_READ: &str = "SLUICE_FAULT_READ_FAIL";
 /// Test knob: `--compress auto` keeps measuring over loopback (where it sends raw).
@@ -38,124 +31,6 @@ const AUTO_ON_LOOPBACK: [(&str, &str); 1] = [("SLUICE_AUTO_ON_LOOPBACK", "1")];
 // ---------------------------------------------------------------------------------------
 // Processes
 // ---------------------------------------------------------------------------------------
-
-/// A child process that is killed (SIGKILL) and reaped when dropped.
-struct ChildGuard(Child);
-
-impl ChildGuard {
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-
-    fn is_running(&mut self) -> bool {
-        matches!(self.0.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// `sluice serve` on `127.0.0.1:0`, its stderr in a log file.
-struct Daemon {
-    child: ChildGuard,
-    addr: String,
-    log: PathBuf,
-    _logdir: tempfile::TempDir,
-}
-
-impl Daemon {
-    fn start(root: &Path) -> Daemon {
-        Daemon::start_with(root, &[], &[])
-    }
-
-    /// Starts a daemon and waits for its `--json` readiness line.
-    fn start_with(root: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let logdir = tempfile::tempdir().expect("a temp dir");
-        let log = logdir.path().join("daemon.log");
-        let mut cmd = Command::new(BIN);
-        cmd.arg("serve")
-            .arg("--root")
-            .arg(root)
-            .args(if extra.contains(&"--listen") {
-                &[][..]
-            } else {
-                &["--listen", "127.0.0.1:0"][..]
-            })
-            .arg("--json")
-            // `extra` may set its own --buffer-mem or --chunk-size.
-            .args(
-                SMALL
-                    .chunks(2)
-                    .filter(|pair| !extra.contains(&pair[0]))
-                    .flatten(),
-            )
-            .args(extra)
-            .env_remove("SLUICE_LOG")
-            .env_remove(FAULT_CORRUPT)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).expect("a log file"));
-        let mut child = ChildGuard(cmd.spawn().expect("sluice serve starts"));
-        let stdout = child.0.stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = tx.send(lines.next());
-            for _ in lines {}
-        });
-        let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
-        let line = match rx.recv_timeout(READY_TIMEOUT) {
-            Ok(Some(Ok(line))) => line,
-            Ok(_) => panic!("sluice serve exited before it was ready: {}", read_log()),
-            Err(_) => panic!(
-                "sluice serve not ready in {READY_TIMEOUT:?}: {}",
-                read_log()
-            ),
-        };
-        let v: Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("serve --json line is not JSON ({e}): {line}"));
-        let addr = v["listen"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no \"listen\" in {line}"))
-            .to_string();
-        let port: u16 = addr
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse().ok())
-            .unwrap_or_else(|| panic!("no port in {addr}"));
-        assert_ne!(port, 0, "{addr}");
-        // A wildcard address is reached on loopback.
-        let addr = addr.replace("0.0.0.0:", "127.0.0.1:");
-        Daemon {
-            child,
-            addr,
-            log,
-            _logdir: logdir,
-        }
-    }
-
-    /// `sluice://ADDR/PATH`.
-    fn url(&self, path: &str) -> String {
-        format!("sluice://{}/{path}", self.addr)
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    #[track_caller]
-    fn assert_alive(&mut self) {
-        assert!(
-            self.child.is_running(),
-            "the daemon died; its log:\n{}",
-            self.log()
-        );
-    }
-}
 
 /// What one finished `sluice` command left behind.
 #[derive(Debug)]
@@ -1510,7 +1385,7 @@ fn compression_round_trips_every_codec_on_push_and_pull_with_and_without_codec_t
             assert_eq!(v["codec_threads"], threads.parse::<u64>().unwrap(), "{tag}");
         }
     }
-    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+    let log = d.log();
     assert!(!log.contains("does not decompress"), "{log}");
     // Every session of the daemon ran its stage: 6 pushes decompressed, 6 pulls compressed.
     assert_eq!(

@@ -1,7 +1,7 @@
-//! The minimal fixture for integration suites that drive the real binary: a daemon
-//! started on `127.0.0.1:0` (its `--json` line is the readiness signal and names the
-//! port) and `sluice` commands run with a deadline. Every child is killed when its guard
-//! is dropped. (transfer.rs keeps its own, richer copy.)
+//! The fixture of the integration suites that drive the real binary: a daemon started
+//! on `127.0.0.1:0` (its `--json` line is the readiness signal and names the port) and
+//! `sluice` commands run with a deadline. Every child is killed when its guard is
+//! dropped.
 
 #![allow(dead_code)]
 
@@ -18,22 +18,38 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 pub const SMALL: [&str; 4] = ["--buffer-mem", "64MiB", "--chunk-size", "1MiB"];
 /// How long a daemon may take to print its `--json` line.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// The engine's fault knob that corrupts the N-th chunk sent (crates/engine/src/fault.rs,
+/// built only with the `fault-injection` feature, which these tests enable).
+pub const FAULT_CORRUPT: &str = "SLUICE_FAULT_CORRUPT_CHUNK";
 /// How long one `sluice` command may run before the test fails.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// A child process that is killed (SIGKILL) and reaped when dropped.
 pub struct ChildGuard(pub Child);
 
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
+impl ChildGuard {
+    /// Kills and reaps the child.
+    pub fn kill(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+
+    /// Whether the child is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
 /// `sluice serve` on `127.0.0.1:0`, its stderr in a log file.
 pub struct Daemon {
-    _child: ChildGuard,
+    /// The `sluice serve` process.
+    pub child: ChildGuard,
     /// `127.0.0.1:PORT`.
     pub addr: String,
     log: PathBuf,
@@ -43,28 +59,39 @@ pub struct Daemon {
 impl Daemon {
     /// Starts a daemon serving `root` and waits for its readiness line.
     pub fn start(root: &Path) -> Daemon {
-        Daemon::start_with(root, &[])
+        Daemon::start_with(root, &[], &[])
     }
 
-    /// [`Daemon::start`] with `extra` arguments for `sluice serve`.
-    pub fn start_with(root: &Path, extra: &[&str]) -> Daemon {
+    /// [`Daemon::start`] with `extra` arguments for `sluice serve` (they may set their own
+    /// `--listen`, `--buffer-mem` or `--chunk-size`) and `env` for its environment.
+    pub fn start_with(root: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let logdir = tempfile::tempdir().expect("a temp dir");
         let log = logdir.path().join("daemon.log");
-        let mut child = ChildGuard(
-            Command::new(BIN)
-                .arg("serve")
-                .arg("--root")
-                .arg(root)
-                .args(["--listen", "127.0.0.1:0", "--json"])
-                .args(SMALL)
-                .args(extra)
-                .env_remove("SLUICE_LOG")
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(std::fs::File::create(&log).expect("a log file"))
-                .spawn()
-                .expect("sluice serve starts"),
-        );
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .arg("--root")
+            .arg(root)
+            .args(if extra.contains(&"--listen") {
+                &[][..]
+            } else {
+                &["--listen", "127.0.0.1:0"][..]
+            })
+            .arg("--json")
+            // `extra` may set its own --buffer-mem or --chunk-size.
+            .args(
+                SMALL
+                    .chunks(2)
+                    .filter(|pair| !extra.contains(&pair[0]))
+                    .flatten(),
+            )
+            .args(extra)
+            .env_remove("SLUICE_LOG")
+            .env_remove(FAULT_CORRUPT)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("a log file"));
+        let mut child = ChildGuard(cmd.spawn().expect("sluice serve starts"));
         let stdout = child.0.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -87,8 +114,15 @@ impl Daemon {
             .as_str()
             .unwrap_or_else(|| panic!("no \"listen\" in {line}"))
             .to_string();
+        let port: u16 = addr
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {addr}"));
+        assert_ne!(port, 0, "{addr}");
+        // A wildcard address is reached on loopback.
+        let addr = addr.replace("0.0.0.0:", "127.0.0.1:");
         Daemon {
-            _child: child,
+            child,
             addr,
             log,
             _logdir: logdir,
@@ -103,6 +137,16 @@ impl Daemon {
     /// What the daemon logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    #[track_caller]
+    /// Fails the test (with the daemon's log) if the daemon has died.
+    pub fn assert_alive(&mut self) {
+        assert!(
+            self.child.is_running(),
+            "the daemon died; its log:\n{}",
+            self.log()
+        );
     }
 }
 
