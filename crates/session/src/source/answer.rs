@@ -2,7 +2,10 @@
 //! `ChunkNack`, `ChunkAck`, `Error`; and `CloseAck` at the end.
 
 use super::rules::{self, Decision};
-use super::{Phase, Report, SourceAction, SourceCore, SourceError};
+use super::{
+    Phase, Report, SourceAction, SourceCore, SourceError, MAX_CHUNK_RESENDS,
+    MAX_REFUSED_CHUNKS_PER_FILE,
+};
 use crate::time::Instant;
 use sluice_wire::{ChunkNack, FileDone, FileFailed, Frame, Have};
 
@@ -101,9 +104,23 @@ impl SourceCore {
         self.push(SourceAction::Refused {
             key: (nack.file_id, nack.offset),
         });
-        let Some(a) = self.pending.get(&nack.file_id) else {
+        let Some(a) = self.pending.get_mut(&nack.file_id) else {
             return;
         };
+        let known = a.refused.len();
+        let times = a.refused.entry(nack.offset).or_insert(0);
+        *times += 1;
+        if *times > MAX_CHUNK_RESENDS || known > MAX_REFUSED_CHUNKS_PER_FILE {
+            let message = format!(
+                "{:?}: the sink refused the chunk at byte {} {} times ({:?}): the file is given up",
+                a.entry.path.as_str(),
+                nack.offset,
+                *times,
+                nack.reason
+            );
+            self.fail_here(nack.file_id, nack.reason, message);
+            return;
+        }
         let work = rules::resend(&self.cfg, a.entry.size, nack);
         self.push(SourceAction::Report(Report::ChunkResent));
         self.push(SourceAction::Resend {

@@ -76,9 +76,15 @@ pub const SMALL_FILE_MAX_BYTES: u64 = 256 << 10;
 pub const UNDESCRIBED_FILE_ID: u64 = 0;
 /// How long the sink has to acknowledge the close (it sets directory times first).
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Actions one event queues at most (`on_scan_end`: the last batch, `ManifestEnd`,
-/// the packs released, the end of files).
-const MAX_ACTIONS_PER_EVENT: usize = 4;
+/// Actions one event queues at most (a `ChunkNack` past the resend budget: `Refused`,
+/// the batch, `Cancel`, `FileFailed`, the report; or the end of files).
+const MAX_ACTIONS_PER_EVENT: usize = 5;
+/// Times one chunk is sent again after the sink refused it; once more, and its file
+/// fails (a path that damages the same chunk every time would otherwise loop for ever).
+pub const MAX_CHUNK_RESENDS: u32 = 3;
+/// Chunks of one file the source remembers a refusal of; a sink refusing more of them
+/// fails the file (bounds the memory a broken or hostile sink can make the source use).
+pub const MAX_REFUSED_CHUNKS_PER_FILE: usize = 4096;
 
 /// What a source session does, fixed at its start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +135,9 @@ struct Announced {
     entry: FileEntry,
     /// Scheduled already, or answered by a `Have`: a further `Have` is ignored.
     answered: bool,
+    /// Chunks the sink refused, by offset, with how many times (at most
+    /// [`MAX_REFUSED_CHUNKS_PER_FILE`] entries).
+    refused: BTreeMap<u64, u32>,
 }
 
 /// The source side's state machine. Deterministic: the same events give the same
@@ -243,6 +252,7 @@ impl SourceCore {
             spec,
             entry,
             answered,
+            refused: BTreeMap::new(),
         };
         self.pending.insert(file_id, a);
         self.check();
@@ -330,17 +340,26 @@ impl SourceCore {
         if !matches!(self.phase, Phase::Scanning | Phase::Answering) {
             return; // every file is answered already
         }
+        self.fail_here(file_id, ErrorCode::Io, message);
+        self.settle();
+        self.check();
+    }
+
+    /// Ends file `file_id` at this side, failed with `code`: `FileFailed` is its final
+    /// word (the sink forgets it and keeps its partial for resume), none of the rest of
+    /// it is read, and it leaves the window. The batch goes out first: the file's entry
+    /// may be in it, and the sink must know the file before it forgets it. Nothing for a
+    /// file already answered.
+    fn fail_here(&mut self, file_id: u64, code: ErrorCode, message: String) {
         let Some(a) = self.pending.remove(&file_id) else {
             return;
         };
         self.send_manifest();
         self.push(SourceAction::Cancel { file_id });
-        let failed = FileFailed::new(file_id, ErrorCode::Io, message.clone());
+        let failed = FileFailed::new(file_id, code, message.clone());
         self.push(SourceAction::Send(Frame::FileFailed(failed)));
         let entry = a.entry;
         self.push(SourceAction::Report(Report::Failed { entry, message }));
-        self.settle();
-        self.check();
     }
 
     /// The sink closed the control connection.

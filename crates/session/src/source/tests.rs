@@ -622,3 +622,50 @@ fn the_last_files_read_failure_ends_the_files() {
     assert_eq!(actions(&mut c).last(), Some(&SourceAction::EndOfFiles));
     assert_eq!(c.waiting_for(), Waiting::DataSent);
 }
+
+/// A chunk the sink refuses every time is sent again at most `MAX_CHUNK_RESENDS` times;
+/// the next refusal fails its file (it looped for ever before), and the session goes on.
+#[test]
+fn a_chunk_refused_past_its_resend_budget_fails_its_file() {
+    let mut c = core(false);
+    c.on_entry(0, file(1, 2 * u64::from(CHUNK)));
+    actions(&mut c);
+    c.on_scan_end();
+    actions(&mut c);
+    for n in 1..=MAX_CHUNK_RESENDS {
+        c.on_frame(nack(1, u64::from(CHUNK)), at(u64::from(n)))
+            .unwrap();
+        let got = actions(&mut c);
+        assert!(
+            got.iter()
+                .any(|a| matches!(a, SourceAction::Resend { file_id: 1, .. })),
+            "resend {n}: {got:?}"
+        );
+    }
+    // Another chunk of the file has its own budget.
+    c.on_frame(nack(1, 0), at(9)).unwrap();
+    assert!(actions(&mut c)
+        .iter()
+        .any(|a| matches!(a, SourceAction::Resend { file_id: 1, .. })));
+    c.on_frame(nack(1, u64::from(CHUNK)), at(10)).unwrap();
+    let got = actions(&mut c);
+    assert!(
+        !got.iter().any(|a| matches!(a, SourceAction::Resend { .. })),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&SourceAction::Cancel { file_id: 1 }),
+        "{got:?}"
+    );
+    assert!(
+        got.iter().any(|a| matches!(a,
+            SourceAction::Send(Frame::FileFailed(f)) if f.file_id == 1 && f.code == ErrorCode::ChecksumMismatch)),
+        "{got:?}"
+    );
+    assert!(
+        got.iter().any(|a| matches!(a, SourceAction::Report(Report::Failed { entry, .. }) if entry.file_id == 1)),
+        "{got:?}"
+    );
+    assert_eq!(got.last(), Some(&SourceAction::EndOfFiles));
+    assert_eq!(c.waiting_for(), Waiting::DataSent);
+}
