@@ -13,7 +13,7 @@ use crossbeam_channel::bounded;
 use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_session::sink::{FileError, Next, Offer};
-use sluice_wire::{chunk_checksum, ChunkHeader, ChunkNack, FileDigest, Frame, Segment};
+use sluice_wire::{chunk_checksum, ChunkHeader, FileDigest, Segment};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -240,11 +240,9 @@ fn ask_again(shared: &Shared, file_id: u64, offset: u64) {
         "file {file_id}: a chunk waited {:?} for its manifest entry: asking for it again",
         sluice_session::sink::ENTRY_WAIT
     );
-    shared.control.send(Frame::ChunkNack(ChunkNack {
-        file_id,
-        offset,
-        reason: sluice_session::sink::NACK_REASON,
-    }));
+    shared
+        .control
+        .send(sluice_session::sink::nack(file_id, offset));
 }
 
 /// [`ack`] for each chunk of `chunks`, which are dropped.

@@ -86,19 +86,23 @@ pub fn nacks<'a>(
     segments: &'a [Segment],
 ) -> impl Iterator<Item = Frame> + 'a {
     let packed = header.is_packed();
-    let nack = |file_id, offset| {
-        Frame::ChunkNack(ChunkNack {
-            file_id,
-            offset,
-            reason: NACK_REASON,
-        })
-    };
     let each_file = segments
         .iter()
         .filter(move |_| packed)
         .map(move |s| nack(s.file_id, 0));
     let this_piece = (!packed).then(|| nack(header.file_id, header.offset));
     each_file.chain(this_piece)
+}
+
+/// The `ChunkNack` asking the source to send the chunk of `file_id` at `offset` again
+/// (a packed small file: offset 0, the file whole).
+#[must_use]
+pub fn nack(file_id: u64, offset: u64) -> Frame {
+    Frame::ChunkNack(ChunkNack {
+        file_id,
+        offset,
+        reason: NACK_REASON,
+    })
 }
 
 /// The frame that reports a file's end to the source: `FileDone` with its digest, or

@@ -10,8 +10,8 @@
 use crate::net::Tx;
 use crate::run::{instant, say, End, Ev, Sim};
 use crate::sink::Shared;
-use sluice_session::sink::{ack, nacks, FileError, Lookup, Next, Offer, ENTRY_WAIT, NACK_REASON};
-use sluice_wire::{chunk_checksum, ChunkHeader, ChunkNack, ErrorCode, FileDigest, Frame, Segment};
+use sluice_session::sink::{ack, nack, nacks, FileError, Lookup, Next, Offer, ENTRY_WAIT};
+use sluice_wire::{chunk_checksum, ChunkHeader, ErrorCode, FileDigest, Frame, Segment};
 
 /// A verified chunk of a large file, waiting for (or with) its writer.
 #[derive(Debug)]
@@ -242,14 +242,14 @@ impl Sim {
                     self.q.at(until, Ev::EntryDeadline(i));
                     return;
                 }
-                Look::Gone => {
-                    self.log.dropped += 1;
-                    *at += s.len as usize;
-                    *seg += 1;
-                    *deadline = None;
-                }
-                Look::Late => {
-                    self.ask_again(s.file_id, 0);
+                // Not written: its file ended (dropped), or its entry did not come in
+                // time (asked for again); the pack goes on with its next file.
+                look @ (Look::Gone | Look::Late) => {
+                    if matches!(look, Look::Late) {
+                        self.ask_again(s.file_id, 0);
+                    } else {
+                        self.log.dropped += 1;
+                    }
                     *at += s.len as usize;
                     *seg += 1;
                     *deadline = None;
@@ -448,11 +448,7 @@ impl Sim {
             "recv: file {file_id} at {offset}: no entry in time: nack"
         );
         self.log.late += 1;
-        self.send_to_source(Frame::ChunkNack(ChunkNack {
-            file_id,
-            offset,
-            reason: NACK_REASON,
-        }));
+        self.send_to_source(nack(file_id, offset));
     }
 
     fn delivered(&mut self, header: &ChunkHeader) {
