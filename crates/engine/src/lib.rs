@@ -17,12 +17,16 @@
 //!   ([`transport`] for one connection, [`control`] for a running session's control
 //!   connection, the handshake, connect and accept drivers).
 
+pub mod accounts;
+pub mod audit;
 pub mod client;
 pub mod codec;
 pub mod daemon;
+pub mod drain;
 pub mod error;
 mod fault;
 pub mod fs;
+pub mod guard;
 pub mod net;
 pub mod options;
 pub mod pipeline;
