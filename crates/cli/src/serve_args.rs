@@ -47,7 +47,10 @@ impl SharedArgs {
         for (flag, v) in [
             ("--max-sessions", self.max_sessions),
             ("--max-per-address", self.max_per_address),
-            ("--handshake-timeout", usize::from(self.handshake_timeout > 0)),
+            (
+                "--handshake-timeout",
+                usize::from(self.handshake_timeout > 0),
+            ),
         ] {
             if v == 0 {
                 return Err(crate::exit::bad_input(format!("{flag} must be at least 1")));

@@ -128,14 +128,26 @@ fn each_account_sees_only_its_root_and_has_only_its_rights() {
     };
     // alice pushes into her root, and pulls back; bob's file is not in her root.
     assert_ok(&run(&alice, s(&src), &d.url("in.txt")));
-    assert_eq!(std::fs::read(site.path("a/in.txt")).unwrap(), b"hello accounts\n");
+    assert_eq!(
+        std::fs::read(site.path("a/in.txt")).unwrap(),
+        b"hello accounts\n"
+    );
     let back = site.path("back.txt");
     assert_ok(&run(&alice, &d.url("in.txt"), s(&back)));
-    assert_refused(&run(&alice, &d.url("only-b.txt"), s(&site.path("x"))), "does not exist");
-    assert_refused(&run(&alice, &d.url("../b/only-b.txt"), s(&site.path("x"))), "PathOutsideRoot");
+    assert_refused(
+        &run(&alice, &d.url("only-b.txt"), s(&site.path("x"))),
+        "does not exist",
+    );
+    assert_refused(
+        &run(&alice, &d.url("../b/only-b.txt"), s(&site.path("x"))),
+        "PathOutsideRoot",
+    );
     // bob reads his root only, and may not push.
     assert_ok(&run(&bob, &d.url("only-b.txt"), s(&site.path("got-b.txt"))));
-    assert_refused(&run(&bob, &d.url("in.txt"), s(&site.path("y"))), "does not exist");
+    assert_refused(
+        &run(&bob, &d.url("in.txt"), s(&site.path("y"))),
+        "does not exist",
+    );
     let out = run(&bob, s(&src), &d.url("pushed.txt"));
     assert_refused(&out, "may not push");
     assert!(out.stderr.contains("write right"), "{out:?}");
@@ -149,7 +161,10 @@ fn each_account_sees_only_its_root_and_has_only_its_rights() {
     let wrong = site.token("wrong", "nobody-secret");
     let out = run(&wrong, s(&src), &d.url("w.txt"));
     assert_refused(&out, "AuthFailed");
-    assert!(!out.stderr.contains("alice") && !out.stderr.contains("expired"), "{out:?}");
+    assert!(
+        !out.stderr.contains("alice") && !out.stderr.contains("expired"),
+        "{out:?}"
+    );
     check_audit(&audit, src.metadata().unwrap().len());
 }
 
@@ -157,10 +172,17 @@ fn each_account_sees_only_its_root_and_has_only_its_rights() {
 fn check_audit(audit: &Path, size: u64) {
     let lines = audit_lines(audit);
     let text = std::fs::read_to_string(audit).unwrap();
-    for secret in ["alice-secret", "bob-secret", "carol-secret", "nobody-secret"] {
+    for secret in [
+        "alice-secret",
+        "bob-secret",
+        "carol-secret",
+        "nobody-secret",
+    ] {
         assert!(!text.contains(secret), "a token in the audit log: {text}");
     }
-    let fields = ["ts", "peer", "identity", "op", "path", "bytes", "files", "result", "secs"];
+    let fields = [
+        "ts", "peer", "identity", "op", "path", "bytes", "files", "result", "secs",
+    ];
     for l in &lines {
         for f in fields {
             assert!(l.get(f).is_some(), "{f} missing: {l}");
@@ -207,7 +229,10 @@ fn an_expired_token_is_refused_and_only_its_holder_is_told_why() {
     let guess = site.token("guess", "guess");
     let out = cp(&["--token-file", s(&guess), s(&src), &d.url("f.txt")], None);
     assert_refused(&out, "AuthFailed");
-    assert!(!out.stderr.contains("expired") && !out.stderr.contains("old"), "{out:?}");
+    assert!(
+        !out.stderr.contains("expired") && !out.stderr.contains("old"),
+        "{out:?}"
+    );
     assert!(!site.path("a/f.txt").exists());
 }
 
@@ -216,15 +241,27 @@ fn a_bad_accounts_file_is_one_line_and_exit_2() {
     let site = Site::new();
     site.root("a");
     let cases = [
-        (entry("x", "t", "a", "\"admin\"", ""), 0o600, "unknown right \"admin\""),
-        (entry("x", "t", "missing", "\"read\"", ""), 0o600, "account 1 (\"x\")"),
+        (
+            entry("x", "t", "a", "\"admin\"", ""),
+            0o600,
+            "unknown right \"admin\"",
+        ),
+        (
+            entry("x", "t", "missing", "\"read\"", ""),
+            0o600,
+            "account 1 (\"x\")",
+        ),
         (entry("x", "t", "a", "\"read\"", ""), 0o644, "chmod 600"),
         ("[[account]]\nname = ".to_string(), 0o600, "accounts.toml"),
     ];
     for (text, mode, want) in cases {
         let p = site.accounts(&text);
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
-        let out = run_in(BIN, &["serve", "--accounts", s(&p), "--listen", "127.0.0.1:0"], None);
+        let out = run_in(
+            BIN,
+            &["serve", "--accounts", s(&p), "--listen", "127.0.0.1:0"],
+            None,
+        );
         assert_eq!(out.code, Some(2), "{text}: {out:?}");
         assert!(out.stderr.contains(want), "{want}: {out:?}");
         assert_eq!(out.stderr.trim().lines().count(), 1, "{out:?}");

@@ -6,18 +6,19 @@
 //! only; the daemon keeps serving. The protocol's server side is [`crate::net::accept`];
 //! a session, once its connections are up, runs as `session::run_role` does it.
 
+use crate::access::{allowed, busy, describe, role_for};
 use crate::accounts::handshake::server_handshake;
-use crate::accounts::{self, Account, Accounts, Live};
+use crate::accounts::{Account, Live};
 use crate::audit::{AuditLog, Record};
 use crate::drain::{Drain, Drained};
 use crate::error::EngineError;
-use crate::fs::{EntryKind, Root};
-use crate::guard::{AddressTicket, Armed, Guard, Limits, Watchdog};
+use crate::fs::Root;
+use crate::guard::{AddressTicket, Armed, Guard, Watchdog};
 use crate::net::accept;
 use crate::options::{ServerSide, SessionOptions};
 use crate::runtime::Runtime;
-use crate::session::{run_role, source_start, Connections, DestMap, Role, HANDSHAKE_TIMEOUT};
-use crate::source::ScanSpec;
+use crate::session::{run_role, Connections, HANDSHAKE_TIMEOUT};
+pub use crate::shared::Shared;
 use crate::stats::Stats;
 use crate::transport::{self, FrameReader, FrameWriter};
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -31,7 +32,7 @@ use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 /// Stack of a connection's thread until its session starts (then the session runs on
 /// a thread of the default size): pre-authentication costs little.
@@ -57,34 +58,6 @@ pub struct ServeConfig {
     /// it (Tyche's channels mapped to NICs). Empty: clients use the address they dialled
     /// (a daemon listening on one address can only be reached there).
     pub nic_addresses: Vec<(String, std::net::IpAddr)>,
-}
-
-/// What `sluice serve` adds to [`ServeConfig`] for a daemon shared by several users.
-#[derive(Debug, Clone)]
-pub struct Shared {
-    /// The accounts file (`--accounts`); `None`: the one account of `root` and `token`.
-    pub accounts_file: Option<std::path::PathBuf>,
-    /// Where audit records are appended (`--audit-log`).
-    pub audit_log: Option<std::path::PathBuf>,
-    /// Limits and timeouts.
-    pub limits: Limits,
-    /// How long running sessions may finish after SIGTERM or SIGINT.
-    pub drain_timeout: Duration,
-    /// Whether this process's SIGTERM, SIGINT (and SIGHUP with an accounts file) are the
-    /// daemon's (`sluice serve`; not a daemon started inside another command).
-    pub signals: bool,
-}
-
-impl Default for Shared {
-    fn default() -> Shared {
-        Shared {
-            accounts_file: None,
-            audit_log: None,
-            limits: Limits::default(),
-            drain_timeout: Duration::from_secs(30),
-            signals: false,
-        }
-    }
 }
 
 /// Where each of `streams` data connections should go: data connection `i` is served
@@ -248,18 +221,8 @@ impl Daemon {
         cfg: ServeConfig,
         shared: &Shared,
     ) -> Result<Daemon, EngineError> {
-        let accounts = match &shared.accounts_file {
-            Some(path) => {
-                accounts::file::load(path).map_err(|e| EngineError::Config(e.to_string()))?
-            }
-            None => Accounts::single(&cfg.root, cfg.token.clone())?,
-        };
-        let audit = match &shared.audit_log {
-            Some(p) => Some(AuditLog::open(p).map_err(|e| {
-                EngineError::io(format!("opening the audit log {}", p.display()), e)
-            })?),
-            None => None,
-        };
+        let accounts = shared.accounts(&cfg.root, cfg.token.clone())?;
+        let audit = shared.audit_log()?;
         let fds = crate::guard::raise_fd_limit();
         tracing::info!("{} accounts; up to {fds} open files", accounts.len());
         let port = listener
@@ -624,104 +587,6 @@ fn collect_streams(
     let conns: Vec<TcpStream> = conns.into_iter().flatten().collect();
     debug_assert_eq!(conns.len(), usize::from(streams));
     Ok(conns)
-}
-
-/// The half of the session this daemon runs for `open`: a sink for a push, a
-/// source for a pull, with the path checked under the root.
-fn role_for(root: &Arc<Root>, open: &Open) -> Result<Role, EngineError> {
-    match open.direction {
-        Direction::Push => sink_role(root, &open.path),
-        Direction::Pull => source_role(root, &open.path),
-    }
-}
-
-/// Receives under the destination typed as `raw` (its directory created).
-fn sink_role(root: &Arc<Root>, raw: &str) -> Result<Role, EngineError> {
-    let dest = DestMap::for_destination(raw, |p| {
-        root.entry_metadata(p)
-            .is_ok_and(|m| m.kind == EntryKind::Dir)
-    })
-    .map_err(|m| bad_path(format!("destination {raw:?}: {m}")))?;
-    if let Some(base) = &dest.base {
-        root.create_dir_all(base, 0o755)?;
-    }
-    Ok(Role::Sink {
-        root: Arc::clone(root),
-        dest,
-    })
-}
-
-/// Sends the source typed as `raw`, which must exist (and be a directory when its
-/// contents are asked for: `cp` and rsync refuse `file/`).
-fn source_role(root: &Arc<Root>, raw: &str) -> Result<Role, EngineError> {
-    let (start, prefix) =
-        source_start(raw).map_err(|m| bad_path(format!("source {raw:?}: {m}")))?;
-    if let Some(s) = &start {
-        if !root.exists(s)? {
-            return Err(EngineError::Refused {
-                code: ErrorCode::NotFound,
-                message: format!("{raw:?} does not exist on the server"),
-            });
-        }
-        let kind = root.entry_metadata(s)?.kind;
-        if prefix.is_none() && !matches!(kind, EntryKind::Dir | EntryKind::Symlink) {
-            return Err(EngineError::Refused {
-                code: ErrorCode::NotFound,
-                message: format!(
-                    "{raw:?} is not a directory, but the trailing '/' asks for its contents"
-                ),
-            });
-        }
-    }
-    Ok(Role::Source(vec![ScanSpec {
-        root: Arc::clone(root),
-        start,
-        prefix,
-    }]))
-}
-
-/// Refuses `direction` unless `account`'s rights allow it.
-fn allowed(account: &Account, direction: Direction) -> Result<(), EngineError> {
-    if account.rights.allow(direction) {
-        return Ok(());
-    }
-    let (op, right) = match direction {
-        Direction::Push => ("push to", "write"),
-        Direction::Pull => ("pull from", "read"),
-    };
-    Err(EngineError::Refused {
-        code: ErrorCode::PermissionDenied,
-        message: format!(
-            "account {:?} may not {op} this daemon: it lacks the {right} right (it has: {})",
-            account.name,
-            account.rights.describe()
-        ),
-    })
-}
-
-fn busy(message: String) -> EngineError {
-    EngineError::Refused {
-        code: ErrorCode::Busy,
-        message,
-    }
-}
-
-/// A session as a drain's report names it.
-fn describe(what: &str, rec: &Record) -> String {
-    format!(
-        "{what} of {} from {}: {} {:?}",
-        rec.identity.as_deref().unwrap_or("(no account)"),
-        rec.peer,
-        rec.op.unwrap_or("?"),
-        rec.path.as_deref().unwrap_or("")
-    )
-}
-
-fn bad_path(message: String) -> EngineError {
-    EngineError::Refused {
-        code: ErrorCode::PathOutsideRoot,
-        message,
-    }
 }
 
 /// The text of the `Error` frame for `e`: a refusal built as [`EngineError::Remote`]

@@ -17,6 +17,7 @@
 //!   ([`transport`] for one connection, [`control`] for a running session's control
 //!   connection, the handshake, connect and accept drivers).
 
+mod access;
 pub mod accounts;
 pub mod audit;
 pub mod client;
@@ -34,6 +35,7 @@ mod readahead;
 pub mod runtime;
 pub mod sched;
 pub mod session;
+pub mod shared;
 pub mod sink;
 pub mod source;
 pub mod stats;

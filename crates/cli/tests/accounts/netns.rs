@@ -19,7 +19,10 @@ fn sh(args: &[&str]) -> Result<(), String> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!("{args:?}: {}", String::from_utf8_lossy(&out.stderr).trim()))
+        Err(format!(
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 
@@ -37,15 +40,58 @@ impl Netns {
         let (host, peer) = (ns.host_ip(), ns.client_ip());
         let steps: Vec<Vec<String>> = vec![
             vec!["ip", "netns", "add", &ns.name],
-            vec!["ip", "link", "add", &ns.host_if, "type", "veth", "peer", "name", &peer_if],
+            vec![
+                "ip",
+                "link",
+                "add",
+                &ns.host_if,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &peer_if,
+            ],
             vec!["ip", "link", "set", &peer_if, "netns", &ns.name],
-            vec!["ip", "addr", "add", &format!("{host}/24"), "dev", &ns.host_if],
+            vec![
+                "ip",
+                "addr",
+                "add",
+                &format!("{host}/24"),
+                "dev",
+                &ns.host_if,
+            ],
             vec!["ip", "link", "set", &ns.host_if, "up"],
-            vec!["ip", "-n", &ns.name, "addr", "add", &format!("{peer}/24"), "dev", &peer_if],
+            vec![
+                "ip",
+                "-n",
+                &ns.name,
+                "addr",
+                "add",
+                &format!("{peer}/24"),
+                "dev",
+                &peer_if,
+            ],
             vec!["ip", "-n", &ns.name, "link", "set", &peer_if, "up"],
             vec!["ip", "-n", &ns.name, "link", "set", "lo", "up"],
-            vec!["tc", "qdisc", "add", "dev", &ns.host_if, "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"],
-            vec!["ip", "netns", "exec", &ns.name, "tc", "qdisc", "add", "dev", &peer_if, "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"],
+            vec![
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                &ns.host_if,
+                "root",
+                "tbf",
+                "rate",
+                rate,
+                "burst",
+                "32kbit",
+                "latency",
+                "400ms",
+            ],
+            vec![
+                "ip", "netns", "exec", &ns.name, "tc", "qdisc", "add", "dev", &peer_if, "root",
+                "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms",
+            ],
         ]
         .into_iter()
         .map(|v| v.into_iter().map(String::from).collect())
@@ -177,7 +223,13 @@ fn sighup_rotates_tokens_and_a_running_session_keeps_its_account() {
     };
     let site = Site::new();
     site.root("a");
-    let accounts = site.accounts(&entry("alice", "old-secret", "a", "\"read\", \"write\"", ""));
+    let accounts = site.accounts(&entry(
+        "alice",
+        "old-secret",
+        "a",
+        "\"read\", \"write\"",
+        "",
+    ));
     let mut d = daemon_for(&ns, &site.path("a"), &accounts, &[]);
     let old = site.token("old", "old-secret");
     let new = site.token("new", "new-secret");
@@ -185,23 +237,44 @@ fn sighup_rotates_tokens_and_a_running_session_keeps_its_account() {
     big_file(&big, 24);
     let url = format!("sluice://{}/big.bin", d.addr);
     let mut running = ns.spawn_cp(&["--token-file", s(&old), s(&big), &url]);
-    until(Duration::from_secs(30), "the push starts", || d.log().contains("data connection"));
-    site.accounts(&entry("alice", "new-secret", "a", "\"read\", \"write\"", ""));
+    until(Duration::from_secs(30), "the push starts", || {
+        d.log().contains("data connection")
+    });
+    site.accounts(&entry(
+        "alice",
+        "new-secret",
+        "a",
+        "\"read\", \"write\"",
+        "",
+    ));
     signal(&d.child, libc::SIGHUP);
-    until(Duration::from_secs(10), "the reload", || d.log().contains("1 accounts reloaded"));
+    until(Duration::from_secs(10), "the reload", || {
+        d.log().contains("1 accounts reloaded")
+    });
     let small = site.path("s.txt");
     std::fs::write(&small, b"small").unwrap();
     let small_url = format!("sluice://{}/s.txt", d.addr);
-    assert_refused(&ns.cp(&["--token-file", s(&old), s(&small), &small_url]), "AuthFailed");
+    assert_refused(
+        &ns.cp(&["--token-file", s(&old), s(&small), &small_url]),
+        "AuthFailed",
+    );
     assert_ok(&ns.cp(&["--token-file", s(&new), s(&small), &small_url]));
-    assert!(running.is_running(), "the push should still be running (too fast?)");
+    assert!(
+        running.is_running(),
+        "the push should still be running (too fast?)"
+    );
     let (code, err) = wait(&mut running, Duration::from_secs(90));
     assert_eq!(code, Some(0), "the running push: {err}");
-    assert_eq!(std::fs::read(site.path("a/big.bin")).unwrap(), std::fs::read(&big).unwrap());
+    assert_eq!(
+        std::fs::read(site.path("a/big.bin")).unwrap(),
+        std::fs::read(&big).unwrap()
+    );
     // A file that does not parse keeps the accounts in force.
     site.accounts("[[account]]\nname = ");
     signal(&d.child, libc::SIGHUP);
-    until(Duration::from_secs(10), "the failed reload", || d.log().contains("keeping the 1 accounts"));
+    until(Duration::from_secs(10), "the failed reload", || {
+        d.log().contains("keeping the 1 accounts")
+    });
     assert_ok(&ns.cp(&["--token-file", s(&new), s(&small), &small_url]));
     d.assert_alive();
 }
@@ -220,17 +293,29 @@ fn sigterm_lets_a_running_push_finish_then_exits_0() {
     big_file(&big, 16);
     let url = format!("sluice://{}/big.bin", d.addr);
     let mut push = ns.spawn_cp(&["--token-file", s(&tok), s(&big), &url]);
-    until(Duration::from_secs(30), "the push starts", || d.log().contains("data connection"));
+    until(Duration::from_secs(30), "the push starts", || {
+        d.log().contains("data connection")
+    });
     signal(&d.child, libc::SIGTERM);
     // No new session while draining: the listener is closed.
-    until(Duration::from_secs(10), "the drain", || d.log().contains("draining"));
-    let again = ns.cp(&["--token-file", s(&tok), s(&big), &format!("sluice://{}/again.bin", d.addr)]);
+    until(Duration::from_secs(10), "the drain", || {
+        d.log().contains("draining")
+    });
+    let again = ns.cp(&[
+        "--token-file",
+        s(&tok),
+        s(&big),
+        &format!("sluice://{}/again.bin", d.addr),
+    ]);
     assert_ne!(again.code, Some(0), "{again:?}");
     let (code, err) = wait(&mut push, Duration::from_secs(120));
     assert_eq!(code, Some(0), "the push: {err}");
     let (code, err) = wait(&mut d.child, Duration::from_secs(30));
     assert_eq!(code, Some(0), "the daemon: {err} {}", d.log());
-    assert_eq!(std::fs::read(site.path("a/big.bin")).unwrap(), std::fs::read(&big).unwrap());
+    assert_eq!(
+        std::fs::read(site.path("a/big.bin")).unwrap(),
+        std::fs::read(&big).unwrap()
+    );
     assert!(!site.path("a/again.bin").exists());
 }
 
@@ -248,16 +333,28 @@ fn sigterm_past_the_drain_timeout_aborts_and_leaves_no_partial_file() {
     big_file(&big, 48);
     let url = format!("sluice://{}/big.bin", d.addr);
     let mut push = ns.spawn_cp(&["--token-file", s(&tok), s(&big), &url]);
-    until(Duration::from_secs(30), "the push starts", || d.log().contains("data connection"));
+    until(Duration::from_secs(30), "the push starts", || {
+        d.log().contains("data connection")
+    });
     signal(&d.child, libc::SIGTERM);
     let (code, _) = wait(&mut d.child, Duration::from_secs(60));
     let log = d.log();
     assert_eq!(code, Some(1), "aborted sessions: exit 1: {log}");
-    let aborted: Vec<&str> = log.lines().filter(|l| l.contains("drain: aborted session")).collect();
+    let aborted: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("drain: aborted session"))
+        .collect();
     assert_eq!(aborted.len(), 1, "{log}");
-    assert!(aborted[0].contains("alice") && aborted[0].contains("push"), "{log}");
+    assert!(
+        aborted[0].contains("alice") && aborted[0].contains("push"),
+        "{log}"
+    );
     let (code, _) = wait(&mut push, Duration::from_secs(60));
     assert_ne!(code, Some(0), "the client saw its session aborted");
     // Never a partial file under its final name.
-    assert!(!site.path("a/big.bin").exists(), "{:?}", names(&site.path("a")));
+    assert!(
+        !site.path("a/big.bin").exists(),
+        "{:?}",
+        names(&site.path("a"))
+    );
 }

@@ -48,7 +48,11 @@ fn raise_fd_limit() {
         lim.rlim_cur = lim.rlim_max;
         assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
     }
-    assert!(lim.rlim_cur >= 4 * (IDLE + TRICKLE) as u64, "need more descriptors: {}", lim.rlim_cur);
+    assert!(
+        lim.rlim_cur >= 4 * (IDLE + TRICKLE) as u64,
+        "need more descriptors: {}",
+        lim.rlim_cur
+    );
 }
 
 /// A connection to `to` from 127.0.0.2 (another client than `sluice cp`'s 127.0.0.1).
@@ -111,7 +115,10 @@ fn flood(d: &Daemon, site: &Site, expect_all: bool) -> Flood {
         .collect();
     let hello = hello_bytes();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let trickle: Vec<TcpStream> = socks[IDLE..].iter().map(|t| t.try_clone().unwrap()).collect();
+    let trickle: Vec<TcpStream> = socks[IDLE..]
+        .iter()
+        .map(|t| t.try_clone().unwrap())
+        .collect();
     let stop2 = std::sync::Arc::clone(&stop);
     let trickler = std::thread::spawn(move || {
         let mut trickle = trickle;
@@ -126,7 +133,9 @@ fn flood(d: &Daemon, site: &Site, expect_all: bool) -> Flood {
     });
     if expect_all {
         let want = base_threads + (IDLE + TRICKLE) as u64;
-        until(Duration::from_secs(60), "every connection served", || threads(pid) >= want);
+        until(Duration::from_secs(60), "every connection served", || {
+            threads(pid) >= want
+        });
     } else {
         std::thread::sleep(Duration::from_secs(3));
     }
@@ -137,7 +146,10 @@ fn flood(d: &Daemon, site: &Site, expect_all: bool) -> Flood {
     let data = site.path("real.bin");
     std::fs::write(&data, vec![42u8; 4 << 20]).unwrap();
     assert_ok(&cp(&[s(&data), &d.url("real.bin")], None));
-    assert_eq!(std::fs::read(site.path("a/real.bin")).unwrap().len(), 4 << 20);
+    assert_eq!(
+        std::fs::read(site.path("a/real.bin")).unwrap().len(),
+        4 << 20
+    );
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let _ = trickler.join();
     let refused = count_refused(&mut socks);
@@ -170,9 +182,12 @@ fn memory_stays_bounded_under_idle_and_slowloris_connections() {
     let raised = Daemon::start_with(
         &root,
         &[
-            "--max-per-address", "5000",
-            "--max-connections", "5000",
-            "--handshake-timeout", "300",
+            "--max-per-address",
+            "5000",
+            "--max-connections",
+            "5000",
+            "--handshake-timeout",
+            "300",
         ],
         &[],
     );
@@ -197,6 +212,9 @@ fn memory_stays_bounded_under_idle_and_slowloris_connections() {
     let _ = std::fs::write(std::env::temp_dir().join("sluice-rss-report.txt"), &report);
     assert!(all.served >= IDLE + TRICKLE, "{all:?}");
     assert!(all.during_kib <= all.before_kib + BOUND_KIB, "{report}");
-    assert!(limited.during_kib <= limited.before_kib + BOUND_KIB, "{report}");
+    assert!(
+        limited.during_kib <= limited.before_kib + BOUND_KIB,
+        "{report}"
+    );
     assert!(limited.refused >= IDLE + TRICKLE - 32, "{limited:?}");
 }
