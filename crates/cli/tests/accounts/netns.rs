@@ -358,3 +358,49 @@ fn sigterm_past_the_drain_timeout_aborts_and_leaves_no_partial_file() {
         names(&site.path("a"))
     );
 }
+
+#[test]
+fn a_session_whose_client_goes_silent_is_ended_at_the_idle_timeout() {
+    let Some(ns) = Netns::new("idl", 15, "20mbit") else {
+        return;
+    };
+    let site = Site::new();
+    site.root("a");
+    let accounts = site.accounts(&entry("alice", "t-secret", "a", "\"read\", \"write\"", ""));
+    let audit = site.path("audit.jsonl");
+    let mut d = daemon_for(
+        &ns,
+        &site.path("a"),
+        &accounts,
+        &["--idle-timeout", "2", "--audit-log", s(&audit)],
+    );
+    let tok = site.token("t", "t-secret");
+    let big = site.path("big.bin");
+    big_file(&big, 32);
+    let url = format!("sluice://{}/big.bin", d.addr);
+    let push = ns.spawn_cp(&["--token-file", s(&tok), s(&big), &url]);
+    until(Duration::from_secs(30), "the push starts", || {
+        d.log().contains("data connection")
+    });
+    // The client stops (as a hung peer would): its kernel still acknowledges, but
+    // nothing more arrives.
+    signal(&push, libc::SIGSTOP);
+    until(Duration::from_secs(60), "the idle session ends", || {
+        audit_lines(&audit)
+            .iter()
+            .any(|l| l["result"] == "IdleTimeout")
+    });
+    let line = audit_lines(&audit)
+        .into_iter()
+        .find(|l| l["result"] == "IdleTimeout")
+        .unwrap();
+    assert_eq!(line["identity"], "alice");
+    assert!(line["bytes"].as_u64().unwrap() < 32 << 20, "{line}");
+    assert!(
+        !site.path("a/big.bin").exists(),
+        "{:?}",
+        names(&site.path("a"))
+    );
+    d.assert_alive();
+    drop(push);
+}
