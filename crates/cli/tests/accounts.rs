@@ -7,6 +7,10 @@
 //! is shaped by `tc tbf`: the client runs inside it, the daemon outside on the veth's
 //! address.
 
+// Test helpers may unwrap: a panic there is a failed assertion (clippy.toml allows it in
+// #[test] functions only).
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::{cp, run_in, ChildGuard, Daemon, Out, BIN, SMALL};

@@ -61,14 +61,14 @@ fn connect_from_2(to: SocketAddr) -> std::io::Result<TcpStream> {
         panic!("IPv4 expected")
     };
     let sa = |ip: [u8; 4], port: u16| libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_family: libc::sa_family_t::try_from(libc::AF_INET).expect("AF_INET fits"),
         sin_port: port.to_be(),
         sin_addr: libc::in_addr {
             s_addr: u32::from_ne_bytes(ip),
         },
         sin_zero: [0; 8],
     };
-    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_in>()).expect("fits");
     // SAFETY: plain socket calls on a descriptor owned here (wrapped in TcpStream,
     // which closes it, as soon as it exists).
     unsafe {

@@ -214,7 +214,9 @@ fn shut(sockets: &[TcpStream]) {
 pub(crate) fn since_last_received(sock: &TcpStream) -> Duration {
     // SAFETY: tcp_info is plain old data; zeroed is a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let Ok(mut len) = libc::socklen_t::try_from(std::mem::size_of::<libc::tcp_info>()) else {
+        return Duration::ZERO;
+    };
     // SAFETY: the pointer and length describe `info`, which outlives the call.
     let rc = unsafe {
         libc::getsockopt(
