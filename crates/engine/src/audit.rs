@@ -58,6 +58,11 @@ impl Record {
         }
     }
 
+    /// Sets the time of the record (when the session ended).
+    pub fn stamp(&mut self, at: SystemTime) {
+        self.ts = humantime::format_rfc3339_millis(at).to_string();
+    }
+
     /// Sets the operation and the path (cut to [`MAX_PATH_BYTES`]).
     pub fn open(&mut self, direction: Direction, path: &str) {
         self.op = Some(op_name(direction));

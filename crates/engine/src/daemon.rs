@@ -316,7 +316,7 @@ impl Daemon {
         if let Some(outcome) = conn.outcome {
             rec.result = outcome;
         }
-        rec.ts = Record::new(SystemTime::now(), "").ts;
+        rec.stamp(SystemTime::now());
         rec.took(conn.started.elapsed());
         self.record(&rec);
         result
