@@ -223,7 +223,12 @@ fn an_expired_token_is_refused_and_only_its_holder_is_told_why() {
         "\"read\", \"write\"",
         "expires = \"2020-01-01T00:00:00Z\"",
     ));
-    let d = Daemon::start_with(&site.path("a"), &["--accounts", s(&accounts)], &[]);
+    let audit = site.path("audit.jsonl");
+    let d = Daemon::start_with(
+        &site.path("a"),
+        &["--accounts", s(&accounts), "--audit-log", s(&audit)],
+        &[],
+    );
     let src = site.path("f.txt");
     std::fs::write(&src, b"x").unwrap();
     let old = site.token("old", "old-secret");
@@ -238,6 +243,15 @@ fn an_expired_token_is_refused_and_only_its_holder_is_told_why() {
         "{out:?}"
     );
     assert!(!site.path("a/f.txt").exists());
+    // The audit names the account whose token was proved, and only that one.
+    let lines = audit_lines(&audit);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l["result"] == "AuthFailed"),
+        "{lines:?}"
+    );
+    assert_eq!(lines[0]["identity"], "old");
+    assert!(lines[1]["identity"].is_null(), "{lines:?}");
 }
 
 #[test]

@@ -398,7 +398,9 @@ impl Daemon {
     ) -> Result<(), EngineError> {
         // The handshake answers its own failures with an Error frame.
         let accounts = self.accounts.current();
-        let admitted = server_handshake(hello, reader, writer, &accounts, SystemTime::now())
+        let now = SystemTime::now();
+        let proved = &mut rec.identity;
+        let admitted = server_handshake(hello, reader, writer, &accounts, now, proved)
             .inspect_err(|e| {
                 told.set(matches!(
                     e,
@@ -407,7 +409,6 @@ impl Daemon {
             })?;
         drop(accounts);
         let account = admitted.account;
-        rec.identity = (!account.name.is_empty()).then(|| account.name.clone());
         conn.root = Some(Arc::clone(&account.root));
         if let Some(t) = conn.ticket.as_mut() {
             t.authenticated();

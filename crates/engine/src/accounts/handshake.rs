@@ -30,7 +30,9 @@ pub struct Admitted {
     pub account: Arc<Account>,
 }
 
-/// Runs the server handshake for `hello` against `accounts` at time `now`.
+/// Runs the server handshake for `hello` against `accounts` at time `now`. `proved`
+/// is set to the account whose token the client proved, even when it is then refused
+/// (expired): the audit log names it.
 ///
 /// An unknown token, and an expired one whose proof verified, are both refused with
 /// `AuthFailed`; only the latter is told "expired" (the client proved the token, so
@@ -44,6 +46,7 @@ pub fn server_handshake(
     writer: &mut FrameWriter,
     accounts: &Accounts,
     now: SystemTime,
+    proved: &mut Option<String>,
 ) -> Result<Admitted, EngineError> {
     if let Some(account) = accounts.open_account() {
         let established = one_token_handshake(hello, reader, writer, None)?;
@@ -77,6 +80,7 @@ pub fn server_handshake(
         send(writer, &out);
         return Err(failed(reader, status.err()));
     };
+    *proved = Some(account.name.clone());
     if account.expired(now) {
         let msg = format!("the token of account {:?} has expired", account.name);
         let _ = writer.send(&ErrorFrame::new(ErrorCode::AuthFailed, &msg));

@@ -227,9 +227,17 @@ fn handshake_with(
         let (s, _) = l.accept().unwrap();
         let (mut r, mut w) = control_halves(s).unwrap();
         let hello = r.next("hello").unwrap().unwrap();
-        handshake::server_handshake(hello, &mut r, &mut w, &accounts, now)
-            .map(|a| a.account.name.clone())
-            .map_err(|e| e.to_string())
+        let mut proved = None;
+        let result =
+            handshake::server_handshake(hello, &mut r, &mut w, &accounts, now, &mut proved)
+                .map(|a| a.account.name.clone())
+                .map_err(|e| e.to_string());
+        match (&result, proved) {
+            (Ok(name), proved) => assert_eq!(proved.unwrap_or_default(), *name),
+            (Err(e), Some(name)) => return Err(format!("{e} [proved {name}]")),
+            (Err(_), None) => {}
+        }
+        result
     });
     let s = std::net::TcpStream::connect(addr).unwrap();
     let (mut r, mut w) = control_halves(s).unwrap();
@@ -258,13 +266,14 @@ fn the_handshake_finds_the_account_refuses_wrong_and_expired_tokens() {
         !c.contains("alice") && !c.contains("bob") && !c.contains("expired"),
         "{c}"
     );
-    assert!(s.is_err());
+    assert!(!s.unwrap_err().contains("proved"));
     // Alice's token after its expiry: refused, and told so (the proof verified).
     let after = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_900_000_000);
     let (c, s) = handshake_with(file::load(&path).unwrap(), "alice-secret", after);
     let c = c.unwrap_err();
     assert!(c.contains("AuthFailed") && c.contains("expired"), "{c}");
-    assert!(s.unwrap_err().contains("expired"));
+    let s = s.unwrap_err();
+    assert!(s.contains("expired") && s.contains("[proved alice]"), "{s}");
     // Bob's token never expires.
     let (c, _) = handshake_with(file::load(&path).unwrap(), "bob-secret", after);
     assert!(c.is_ok());
