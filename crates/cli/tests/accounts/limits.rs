@@ -119,7 +119,7 @@ fn a_slowloris_handshake_is_cut_at_the_deadline() {
 
 #[test]
 fn sessions_beyond_max_sessions_are_refused_busy() {
-    let Some(ns) = Netns::new("ses", 14, "40mbit") else {
+    let Some(ns) = Netns::new("ses", 14, "20mbit") else {
         return;
     };
     let site = Site::new();

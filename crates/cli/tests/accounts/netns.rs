@@ -218,7 +218,7 @@ pub fn names(dir: &Path) -> Vec<String> {
 
 #[test]
 fn sighup_rotates_tokens_and_a_running_session_keeps_its_account() {
-    let Some(ns) = Netns::new("hup", 11, "40mbit") else {
+    let Some(ns) = Netns::new("hup", 11, "20mbit") else {
         return;
     };
     let site = Site::new();
