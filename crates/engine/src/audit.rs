@@ -137,6 +137,35 @@ impl AuditLog {
     }
 }
 
+/// A daemon's audit log, or none: every record goes through it.
+#[derive(Debug, Default)]
+pub struct Auditor(Option<AuditLog>);
+
+impl Auditor {
+    /// Records into `log`, or nowhere.
+    pub fn new(log: Option<AuditLog>) -> Auditor {
+        Auditor(log)
+    }
+
+    /// Appends `record`.
+    pub fn write(&self, record: &Record) {
+        if let Some(log) = &self.0 {
+            log.write(record);
+        }
+    }
+
+    /// Records a connection from `peer` ended before any session, after `took`, with
+    /// `result` (a code's name, or `Timeout`).
+    pub fn refused(&self, peer: &str, result: &'static str, took: Duration) {
+        if self.0.is_some() {
+            let mut rec = Record::new(SystemTime::now(), peer);
+            rec.result = result;
+            rec.took(took);
+            self.write(&rec);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@
 use crate::access::{allowed, busy, describe, role_for};
 use crate::accounts::handshake::server_handshake;
 use crate::accounts::{Account, Live};
-use crate::audit::{AuditLog, Record};
+use crate::audit::{Auditor, Record};
 use crate::drain::{Drain, Drained};
 use crate::error::EngineError;
 use crate::fs::Root;
@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Stack of a connection's thread until its session starts (then the session runs on
 /// a thread of the default size): pre-authentication costs little.
@@ -109,7 +109,7 @@ struct Daemon {
     port: u16,
     guard: Arc<Guard>,
     dog: Watchdog,
-    audit: Option<AuditLog>,
+    audit: Auditor,
     drain: Arc<Drain>,
 }
 
@@ -237,7 +237,7 @@ impl Daemon {
             port,
             guard: Guard::new(shared.limits),
             dog: Watchdog::start().map_err(|e| EngineError::io("starting the watchdog", e))?,
-            audit,
+            audit: Auditor::new(audit),
             drain: Drain::new(),
         })
     }
@@ -246,22 +246,20 @@ impl Daemon {
     fn refuse(&self, stream: TcpStream, peer: &str, why: &str) {
         let mut w = FrameWriter::new(stream);
         let _ = w.send(&ErrorFrame::new(ErrorCode::Busy, why));
-        let mut rec = Record::new(SystemTime::now(), peer);
-        rec.result(Some(ErrorCode::Busy));
-        self.record(&rec);
-    }
-
-    fn record(&self, rec: &Record) {
-        if let Some(log) = &self.audit {
-            log.write(rec);
-        }
+        self.audit
+            .refused(peer, ErrorCode::Busy.name(), Duration::ZERO);
     }
 
     fn handle(&self, stream: TcpStream, conn: &mut Conn) -> Result<(), EngineError> {
         let (mut reader, mut writer) = accept::incoming(stream)?;
         let first = accept::read_first(&mut reader, &mut writer);
         if conn.armed.fired() {
-            self.timed_out(reader.peer(), conn);
+            self.audit
+                .refused(reader.peer(), "Timeout", conn.started.elapsed());
+            return Err(EngineError::Handshake {
+                peer: reader.peer().to_string(),
+                message: "no first frame within the handshake deadline".into(),
+            });
         }
         match first? {
             None => Ok(()),
@@ -277,15 +275,6 @@ impl Daemon {
                 })
             }
         }
-    }
-
-    /// Audits a connection whose handshake deadline passed before its first frame.
-    fn timed_out(&self, peer: &str, conn: &mut Conn) {
-        let mut rec = Record::new(SystemTime::now(), peer);
-        rec.result = "Timeout";
-        rec.took(conn.started.elapsed());
-        self.record(&rec);
-        conn.outcome = Some("Timeout");
     }
 
     /// A control connection: runs its session, reports a failure to the client in
@@ -318,7 +307,7 @@ impl Daemon {
         }
         rec.stamp(SystemTime::now());
         rec.took(conn.started.elapsed());
-        self.record(&rec);
+        self.audit.write(&rec);
         result
     }
 
@@ -334,11 +323,8 @@ impl Daemon {
         let peer = reader.peer().to_string();
         let joined = self.join_session(join, reader, &mut writer, conn);
         if let Err(e) = &joined {
-            let mut rec = Record::new(SystemTime::now(), &peer);
-            rec.result(Some(e.code()));
-            rec.result = conn.outcome.unwrap_or(rec.result);
-            rec.took(conn.started.elapsed());
-            self.record(&rec);
+            let result = conn.outcome.unwrap_or(e.code().name());
+            self.audit.refused(&peer, result, conn.started.elapsed());
         }
         joined
     }
