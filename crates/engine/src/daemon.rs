@@ -440,7 +440,7 @@ impl Daemon {
         let watched = self.dog.watch(
             about,
             vec![writer.stream_clone()?],
-            self.guard.limits().idle_timeout,
+            crate::guard::idle_timeout(self.guard.limits(), sends, chunk_acks),
         );
         let data = self.gather(est, &accept, open.direction, reader.peer(), writer)?;
         watched.add(data.iter().filter_map(|d| d.try_clone().ok()).collect());

@@ -12,8 +12,10 @@
 //!   A session is idle when none of its connections has received a byte from the
 //!   peer for the idle timeout (the kernel's `tcpi_last_data_recv`, so nothing is
 //!   counted on the data path). While a transfer runs, a live peer always sends: a
-//!   pushing client its chunks, a pulling client its chunk acknowledgements; so only a
-//!   dead or stuck peer reaches it, and the wire is unchanged.
+//!   pushing client its manifest and chunks, a pulling client its `Have` answers and
+//!   chunk acknowledgements; so only a dead or stuck peer reaches it, and the wire is
+//!   unchanged. (A pulling client without `CHUNK_ACKS` is silent while it receives:
+//!   its sessions have no idle timeout.)
 
 mod watchdog;
 
@@ -46,6 +48,17 @@ impl Default for Limits {
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
         }
+    }
+}
+
+/// The idle timeout of a session: none when this side `sends` (a pull) to a client
+/// that does not acknowledge chunks (no `CHUNK_ACKS`: such a client sends nothing while
+/// it receives, however long the transfer).
+pub fn idle_timeout(limits: Limits, sends: bool, chunk_acks: bool) -> Duration {
+    if sends && !chunk_acks {
+        Duration::ZERO
+    } else {
+        limits.idle_timeout
     }
 }
 

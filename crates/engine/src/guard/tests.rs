@@ -96,3 +96,11 @@ fn a_silent_session_is_ended_and_aborting_names_each_session() {
 fn the_fd_limit_is_at_least_what_it_was() {
     assert!(raise_fd_limit() >= 256);
 }
+
+#[test]
+fn a_pull_by_a_client_that_does_not_acknowledge_has_no_idle_timeout() {
+    let l = Limits::default();
+    assert_eq!(idle_timeout(l, true, false), Duration::ZERO);
+    assert_eq!(idle_timeout(l, true, true), l.idle_timeout);
+    assert_eq!(idle_timeout(l, false, false), l.idle_timeout);
+}
