@@ -6,7 +6,7 @@ use crate::topo_cmd::load_machine;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use sluice_engine::client::{copy, CopyConfig, CopyError, Endpoint};
-use sluice_engine::daemon::{serve, ServeConfig};
+use sluice_engine::daemon::{serve_shared, ServeConfig};
 use sluice_engine::options::advertised_addresses;
 use sluice_engine::stats::Stats;
 use sluice_engine::{Pipeline, Runtime, SessionOptions};
@@ -97,8 +97,8 @@ pub struct CpArgs {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// The served directory: every path a client names stays inside it.
-    #[arg(long, value_name = "DIR")]
-    pub root: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "accounts")]
+    pub root: Option<PathBuf>,
     /// Address to listen on (loopback by default; port 0 picks a free one).
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
     pub listen: SocketAddr,
@@ -119,6 +119,8 @@ pub struct ServeArgs {
     /// Print the listening address and plan as one JSON line when ready.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub shared: crate::serve_args::SharedArgs,
 }
 
 /// Reads a shared secret from a file (one trailing newline ignored).
@@ -169,12 +171,16 @@ fn unbind(plan: &mut Plan) {
 /// line on stderr.
 fn announce(args: &ServeArgs, addr: SocketAddr, plan: &Plan) {
     if args.json {
-        let v = serde_json::json!({ "listen": addr.to_string(), "root": args.root, "plan": plan });
+        let v = serde_json::json!({ "listen": addr.to_string(), "root": args.root, "accounts": args.shared.accounts, "plan": plan });
         let _ = crate::output::stdout(&(format!("{v}") + "\n"));
     } else {
+        let what = match (&args.root, &args.shared.accounts) {
+            (Some(root), _) => root.display().to_string(),
+            (None, Some(file)) => format!("the accounts of {}", file.display()),
+            (None, None) => String::new(),
+        };
         crate::output::stderr_line(&format!(
-            "sluice: serving {} on {addr} (policy {}, {} channel(s), {} MiB of buffers)",
-            args.root.display(),
+            "sluice: serving {what} on {addr} (policy {}, {} channel(s), {} MiB of buffers)",
             plan.policy,
             plan.channels.len(),
             plan.buffer_bytes() >> 20
@@ -185,16 +191,24 @@ fn announce(args: &ServeArgs, addr: SocketAddr, plan: &Plan) {
 /// Runs `sluice serve`.
 pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
     let token = args.token_file.as_ref().map(read_token).transpose()?;
-    if !args.listen.ip().is_loopback() && token.is_none() && !args.insecure_no_auth {
+    let shared = args.shared.shared()?;
+    let authenticated = token.is_some() || shared.accounts_file.is_some();
+    if !args.listen.ip().is_loopback() && !authenticated && !args.insecure_no_auth {
         return Err(bad_input(format!(
             "--listen {} is not a loopback address: give --token-file FILE (or --insecure-no-auth to accept anyone)",
             args.listen
         )));
     }
-    if !args.root.is_dir() {
+    // With --accounts each account's root is checked when the file is loaded, here
+    // first so that a bad file is refused before the daemon says it is ready.
+    if let Some(file) = &shared.accounts_file {
+        sluice_engine::accounts::file::load(file).map_err(bad_input)?;
+    }
+    let root = args.root.clone().unwrap_or_default();
+    if args.root.is_some() && !root.is_dir() {
         return Err(bad_input(format!(
             "--root {}: not a directory",
-            args.root.display()
+            root.display()
         )));
     }
     // A daemon may be asked to compress or decompress by any session: codec threads
@@ -219,7 +233,7 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
     }
     announce(args, listener.local_addr()?, runtime.plan());
     let cfg = ServeConfig {
-        root: args.root.clone(),
+        root,
         token,
         io_threads: args.job.io_threads,
         read_depth: args.job.read_depth,
@@ -227,8 +241,11 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
         runtime,
         nic_addresses,
     };
-    serve(listener, cfg)?;
-    Ok(ExitCode::Ok)
+    match serve_shared(listener, cfg, shared) {
+        Ok(drained) => Ok(crate::serve_args::report_drain(&drained)),
+        Err(e @ sluice_engine::EngineError::Config(_)) => Err(bad_input(e)),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The options every command that moves data takes from its job flags.

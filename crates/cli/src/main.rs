@@ -14,6 +14,7 @@ mod exit;
 mod gen_cmd;
 mod output;
 mod plan_cmd;
+mod serve_args;
 mod stream_cmd;
 mod svg;
 mod topo_cmd;

@@ -6,13 +6,19 @@
 //! only; the daemon keeps serving. The protocol's server side is [`crate::net::accept`];
 //! a session, once its connections are up, runs as `session::run_role` does it.
 
+use crate::access::{allowed, busy, describe, role_for};
+use crate::accounts::handshake::server_handshake;
+use crate::accounts::{Account, Live};
+use crate::audit::{Auditor, Record};
+use crate::drain::{Drain, Drained};
 use crate::error::EngineError;
-use crate::fs::{EntryKind, Root};
+use crate::fs::Root;
+use crate::guard::{AddressTicket, Armed, Guard, Watchdog};
 use crate::net::accept;
 use crate::options::{ServerSide, SessionOptions};
 use crate::runtime::Runtime;
-use crate::session::{self, run_role, source_start, Connections, DestMap, Role, HANDSHAKE_TIMEOUT};
-use crate::source::ScanSpec;
+use crate::session::{run_role, Connections, HANDSHAKE_TIMEOUT};
+pub use crate::shared::Shared;
 use crate::stats::Stats;
 use crate::transport::{self, FrameReader, FrameWriter};
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -26,6 +32,11 @@ use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Stack of a connection's thread until its session starts (then the session runs on
+/// a thread of the default size): pre-authentication costs little.
+const CONN_STACK_BYTES: usize = 256 << 10;
 
 /// Daemon settings.
 #[derive(Debug)]
@@ -91,11 +102,28 @@ struct Pending {
 
 struct Daemon {
     cfg: ServeConfig,
-    root: Arc<Root>,
+    accounts: Arc<Live>,
     pending: Mutex<HashMap<u64, Pending>>,
     connections: AtomicUsize,
     /// The port the daemon listens on (advertised with its NICs' addresses).
     port: u16,
+    guard: Arc<Guard>,
+    dog: Watchdog,
+    audit: Auditor,
+    drain: Arc<Drain>,
+}
+
+/// What the daemon keeps of one connection while serving it.
+struct Conn {
+    /// Counts it against its address until it authenticates.
+    ticket: Option<AddressTicket>,
+    /// Its handshake deadline.
+    armed: Armed,
+    started: Instant,
+    /// The audit result when a timer or a drain, not the error, ended it.
+    outcome: Option<&'static str>,
+    /// The account's root, once known (to keep it out of messages).
+    root: Option<Arc<Root>>,
 }
 
 /// Serves forever on `listener` (bound by the caller, so it can print the address).
@@ -103,45 +131,80 @@ struct Daemon {
 /// # Errors
 /// The root cannot be opened, or accepting fails persistently.
 pub fn serve(listener: TcpListener, cfg: ServeConfig) -> Result<(), EngineError> {
-    let root = Arc::new(Root::open(&cfg.root)?);
-    let port = listener
-        .local_addr()
-        .map_err(|e| EngineError::io("reading the listening address", e))?
-        .port();
-    let daemon = Arc::new(Daemon {
-        cfg,
-        root,
-        pending: Mutex::new(HashMap::new()),
-        connections: AtomicUsize::new(0),
-        port,
-    });
+    serve_shared(listener, cfg, Shared::default()).map(|_| ())
+}
+
+/// Serves on `listener` with `shared`'s accounts, audit log and limits until a drain
+/// (SIGTERM, SIGINT) ends it; returns how the drain went.
+///
+/// # Errors
+/// The root or the accounts cannot be loaded, the audit log cannot be opened, or the
+/// signal handlers cannot be installed.
+pub fn serve_shared(
+    listener: TcpListener,
+    cfg: ServeConfig,
+    shared: Shared,
+) -> Result<Drained, EngineError> {
+    let daemon = Arc::new(Daemon::new(&listener, cfg, &shared)?);
+    let listener = Arc::new(listener);
+    if shared.signals {
+        let live = shared
+            .accounts_file
+            .as_ref()
+            .map(|_| Arc::clone(&daemon.accounts));
+        crate::drain::handle_signals(Arc::clone(&listener), live, Arc::clone(&daemon.drain))
+            .map_err(|e| EngineError::io("installing the signal handlers", e))?;
+    }
     for conn in listener.incoming() {
+        if daemon.drain.draining() {
+            break;
+        }
         match conn {
             Ok(stream) => admit(&daemon, stream),
             Err(e) => tracing::warn!("accept failed: {e}"),
         }
     }
-    Ok(())
+    let drained = daemon
+        .drain
+        .finish(&daemon.guard, &daemon.dog, shared.drain_timeout);
+    daemon.dog.stop();
+    Ok(drained)
 }
 
-/// Serves `stream` on a thread of its own, or refuses it (`Busy`) when the daemon
-/// already serves `max_connections`.
+/// Serves `stream` on a thread of its own, or refuses it (`Busy`, audited) when the
+/// daemon already serves `max_connections` or its address has too many
+/// unauthenticated connections.
 fn admit(daemon: &Arc<Daemon>, stream: TcpStream) {
+    let peer = transport::peer_name(&stream);
     if daemon.connections.fetch_add(1, Ordering::SeqCst) >= daemon.cfg.max_connections {
         daemon.connections.fetch_sub(1, Ordering::SeqCst);
-        let mut w = FrameWriter::new(stream);
-        let _ = w.send(&ErrorFrame::new(
-            ErrorCode::Busy,
-            "too many connections; try again later",
-        ));
+        daemon.refuse(stream, &peer, "too many connections; try again later");
         return;
     }
+    let ticket = match stream.peer_addr().map(|a| daemon.guard.connection(a.ip())) {
+        Ok(Err(refusal)) => {
+            daemon.connections.fetch_sub(1, Ordering::SeqCst);
+            daemon.refuse(stream, &peer, &refusal.0);
+            return;
+        }
+        Ok(Ok(t)) => Some(t),
+        Err(_) => None,
+    };
+    let mut conn = Conn {
+        ticket,
+        armed: daemon
+            .dog
+            .arm(&stream, daemon.guard.limits().handshake_timeout),
+        started: Instant::now(),
+        outcome: None,
+        root: None,
+    };
     let d = Arc::clone(daemon);
     let spawned = std::thread::Builder::new()
         .name("conn".into())
+        .stack_size(CONN_STACK_BYTES)
         .spawn(move || {
-            let peer = transport::peer_name(&stream);
-            if let Err(e) = d.handle(stream) {
+            if let Err(e) = d.handle(stream, &mut conn) {
                 tracing::warn!("{peer}: {e}");
             }
             d.connections.fetch_sub(1, Ordering::SeqCst);
@@ -153,12 +216,55 @@ fn admit(daemon: &Arc<Daemon>, stream: TcpStream) {
 }
 
 impl Daemon {
-    fn handle(&self, stream: TcpStream) -> Result<(), EngineError> {
+    fn new(
+        listener: &TcpListener,
+        cfg: ServeConfig,
+        shared: &Shared,
+    ) -> Result<Daemon, EngineError> {
+        let accounts = shared.accounts(&cfg.root, cfg.token.clone())?;
+        let audit = shared.audit_log()?;
+        let fds = crate::guard::raise_fd_limit();
+        tracing::info!("{} accounts; up to {fds} open files", accounts.len());
+        let port = listener
+            .local_addr()
+            .map_err(|e| EngineError::io("reading the listening address", e))?
+            .port();
+        Ok(Daemon {
+            cfg,
+            accounts: Arc::new(Live::new(accounts)),
+            pending: Mutex::new(HashMap::new()),
+            connections: AtomicUsize::new(0),
+            port,
+            guard: Guard::new(shared.limits),
+            dog: Watchdog::start().map_err(|e| EngineError::io("starting the watchdog", e))?,
+            audit: Auditor::new(audit),
+            drain: Drain::new(),
+        })
+    }
+
+    /// Answers `Busy` with `why` and audits the refusal.
+    fn refuse(&self, stream: TcpStream, peer: &str, why: &str) {
+        let mut w = FrameWriter::new(stream);
+        let _ = w.send(&ErrorFrame::new(ErrorCode::Busy, why));
+        self.audit
+            .refused(peer, ErrorCode::Busy.name(), Duration::ZERO);
+    }
+
+    fn handle(&self, stream: TcpStream, conn: &mut Conn) -> Result<(), EngineError> {
         let (mut reader, mut writer) = accept::incoming(stream)?;
-        match accept::read_first(&mut reader, &mut writer)? {
+        let first = accept::read_first(&mut reader, &mut writer);
+        if conn.armed.fired() {
+            self.audit
+                .refused(reader.peer(), "Timeout", conn.started.elapsed());
+            return Err(EngineError::Handshake {
+                peer: reader.peer().to_string(),
+                message: "no first frame within the handshake deadline".into(),
+            });
+        }
+        match first? {
             None => Ok(()),
-            Some(Frame::Join(join)) => self.join(&join, reader, writer),
-            Some(hello @ Frame::Hello(_)) => self.control(hello, &mut reader, &mut writer),
+            Some(Frame::Join(join)) => self.join(&join, reader, writer, conn),
+            Some(hello @ Frame::Hello(_)) => self.control(hello, &mut reader, &mut writer, conn),
             Some(other) => {
                 let msg = format!("expected Hello or Join, got {}", other.frame_type().name());
                 let _ = writer.send(&ErrorFrame::new(ErrorCode::BadFrame, &msg));
@@ -171,22 +277,37 @@ impl Daemon {
         }
     }
 
-    /// A control connection: runs its session and reports a failure to the client in
-    /// one `Error` frame, unless the session already sent it.
+    /// A control connection: runs its session, reports a failure to the client in
+    /// one `Error` frame unless the session already sent it, and audits it.
     fn control(
         &self,
         hello: Frame,
         reader: &mut FrameReader,
         writer: &mut FrameWriter,
+        conn: &mut Conn,
     ) -> Result<(), EngineError> {
         let told = Cell::new(false);
-        let result = self.session(hello, reader, writer, &told);
+        let mut rec = Record::new(SystemTime::now(), reader.peer());
+        let result = self.session(hello, reader, writer, &told, conn, &mut rec);
         if let Err(e) = &result {
             if !told.get() {
-                let msg = crate::sink::redact_root(&wire_message(e), &self.root);
+                let msg = match &conn.root {
+                    Some(root) => crate::sink::redact_root(&wire_message(e), root),
+                    None => wire_message(e),
+                };
                 let _ = writer.send(&ErrorFrame::new(e.code(), msg));
             }
         }
+        rec.result(result.as_ref().err().map(EngineError::code));
+        if conn.armed.fired() {
+            conn.outcome = Some("Timeout");
+        }
+        if let Some(outcome) = conn.outcome {
+            rec.result = outcome;
+        }
+        rec.stamp(SystemTime::now());
+        rec.took(conn.started.elapsed());
+        self.audit.write(&rec);
         result
     }
 
@@ -197,6 +318,24 @@ impl Daemon {
         join: &Join,
         reader: FrameReader,
         mut writer: FrameWriter,
+        conn: &mut Conn,
+    ) -> Result<(), EngineError> {
+        let peer = reader.peer().to_string();
+        let joined = self.join_session(join, reader, &mut writer, conn);
+        if let Err(e) = &joined {
+            let result = conn.outcome.unwrap_or(e.code().name());
+            self.audit.refused(&peer, result, conn.started.elapsed());
+        }
+        joined
+    }
+
+    /// [`Daemon::join`] without the audit.
+    fn join_session(
+        &self,
+        join: &Join,
+        reader: FrameReader,
+        writer: &mut FrameWriter,
+        conn: &mut Conn,
     ) -> Result<(), EngineError> {
         let mut out = Vec::new();
         let mut pending = self
@@ -214,7 +353,14 @@ impl Daemon {
         let joined = p.table.handle(join, &mut out);
         let streams = p.streams.clone();
         drop(pending);
-        let (index, stream) = accept::finish_join(joined, &out, reader, &mut writer)?;
+        let (index, stream) = accept::finish_join(joined, &out, reader, writer)?;
+        conn.armed.disarm();
+        if conn.armed.fired() {
+            conn.outcome = Some("Timeout");
+            return Err(EngineError::Aborted(
+                "the join came after the handshake deadline".into(),
+            ));
+        }
         if let (Ok(peer), Ok(local)) = (stream.peer_addr(), stream.local_addr()) {
             tracing::info!(
                 "session {}: data connection {index} from {peer} on {local}",
@@ -225,7 +371,7 @@ impl Daemon {
         Ok(())
     }
 
-    /// A control connection: handshake, open, accept, wait for streams, run.
+    /// A control connection: handshake, open, rights and limits, then the session.
     /// `told` is set when the peer has already been sent the `Error` for the failure.
     fn session(
         &self,
@@ -233,28 +379,71 @@ impl Daemon {
         reader: &mut FrameReader,
         writer: &mut FrameWriter,
         told: &Cell<bool>,
+        conn: &mut Conn,
+        rec: &mut Record,
     ) -> Result<(), EngineError> {
-        // The handshake state machine answers its own failures with an Error frame.
-        let est = accept::server_handshake(hello, reader, writer, self.cfg.token.clone())
+        // The handshake answers its own failures with an Error frame.
+        let accounts = self.accounts.current();
+        let now = SystemTime::now();
+        let proved = &mut rec.identity;
+        let admitted = server_handshake(hello, reader, writer, &accounts, now, proved)
             .inspect_err(|e| {
                 told.set(matches!(
                     e,
                     EngineError::Handshake { .. } | EngineError::HandshakeRefused { .. }
                 ));
             })?;
+        drop(accounts);
+        let account = admitted.account;
+        conn.root = Some(Arc::clone(&account.root));
+        if let Some(t) = conn.ticket.as_mut() {
+            t.authenticated();
+        }
         let Some(open) = accept::read_open(reader)? else {
             return Ok(());
         };
+        conn.armed.disarm();
+        rec.open(open.direction, &open.path);
+        allowed(&account, open.direction)?;
+        if self.drain.draining() {
+            return Err(busy("the daemon is shutting down; try again later".into()));
+        }
+        let _running = self.guard.session().map_err(|r| busy(r.0))?;
+        let est = admitted.established;
+        self.run(&est, &open, &account, reader, writer, told, conn, rec)
+    }
+
+    /// Runs an opened session: accept, wait for streams, run the role on a thread of
+    /// its own, count its totals into `rec`.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        est: &Established,
+        open: &Open,
+        account: &Account,
+        reader: &mut FrameReader,
+        writer: &mut FrameWriter,
+        told: &Cell<bool>,
+        conn: &mut Conn,
+        rec: &mut Record,
+    ) -> Result<(), EngineError> {
         let chunk_acks = est.capabilities.contains(Capabilities::CHUNK_ACKS);
         let opts = SessionOptions::served(&open.options, self.server_side(), chunk_acks);
         // The path is checked before anything is allocated or created.
-        let role = self.role_for(&open)?;
+        let role = role_for(&account.root, open)?;
         let accept = accept::new_accept(opts.streams, opts.chunk_bytes)?;
         let stats = Arc::new(Stats::new());
         let sends = open.direction == Direction::Pull;
         let what = format!("session {}", accept.session_id);
-        session::state_threads_beyond_plan(&self.cfg.runtime, &opts, sends, &stats, &what);
-        let data = self.gather(&est, &accept, open.direction, reader.peer(), writer)?;
+        crate::session::state_threads_beyond_plan(&self.cfg.runtime, &opts, sends, &stats, &what);
+        let about = describe(&what, rec);
+        let watched = self.dog.watch(
+            about,
+            vec![writer.stream_clone()?],
+            crate::guard::idle_timeout(self.guard.limits(), sends, chunk_acks),
+        );
+        let data = self.gather(est, &accept, open.direction, reader.peer(), writer)?;
+        watched.add(data.iter().filter_map(|d| d.try_clone().ok()).collect());
         let _ = reader.set_timeout(None);
         let conns = Connections {
             reader: std::mem::replace(reader, FrameReader::new(writer.stream_clone()?)),
@@ -264,8 +453,23 @@ impl Daemon {
         // run_role reports its own failure on the control connection.
         told.set(true);
         let runtime = &self.cfg.runtime;
-        let result = run_role(role, runtime, &opts, opts.chunk_bytes, conns, &stats);
+        let result = std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("session".into())
+                .spawn_scoped(s, || {
+                    run_role(role, runtime, &opts, opts.chunk_bytes, conns, &stats)
+                })
+                .map_err(|e| EngineError::io("starting a session thread", e))?
+                .join()
+                .unwrap_or_else(|_| Err(EngineError::Aborted("the session thread panicked".into())))
+        });
         let s = stats.summary(runtime.plan());
+        (rec.bytes, rec.files) = (s.bytes, s.files);
+        conn.outcome = match (watched.aborted(), watched.idled()) {
+            (true, _) => Some(ErrorCode::Cancelled.name()),
+            (false, true) => Some("IdleTimeout"),
+            _ => None,
+        };
         tracing::info!(
             "session {} done: {} files, {} bytes in {:.2} s, {} failed, io {}",
             accept.session_id,
@@ -285,61 +489,6 @@ impl Daemon {
             io_threads: self.cfg.io_threads,
             read_depth: self.cfg.read_depth,
         }
-    }
-
-    /// The half of the session this daemon runs for `open`: a sink for a push, a
-    /// source for a pull, with the path checked under the root.
-    fn role_for(&self, open: &Open) -> Result<Role, EngineError> {
-        match open.direction {
-            Direction::Push => self.sink_role(&open.path),
-            Direction::Pull => self.source_role(&open.path),
-        }
-    }
-
-    /// Receives under the destination typed as `raw` (its directory created).
-    fn sink_role(&self, raw: &str) -> Result<Role, EngineError> {
-        let root = &self.root;
-        let dest = DestMap::for_destination(raw, |p| {
-            root.entry_metadata(p)
-                .is_ok_and(|m| m.kind == EntryKind::Dir)
-        })
-        .map_err(|m| bad_path(format!("destination {raw:?}: {m}")))?;
-        if let Some(base) = &dest.base {
-            self.root.create_dir_all(base, 0o755)?;
-        }
-        Ok(Role::Sink {
-            root: Arc::clone(&self.root),
-            dest,
-        })
-    }
-
-    /// Sends the source typed as `raw`, which must exist (and be a directory when its
-    /// contents are asked for: `cp` and rsync refuse `file/`).
-    fn source_role(&self, raw: &str) -> Result<Role, EngineError> {
-        let (start, prefix) =
-            source_start(raw).map_err(|m| bad_path(format!("source {raw:?}: {m}")))?;
-        if let Some(s) = &start {
-            if !self.root.exists(s)? {
-                return Err(EngineError::Refused {
-                    code: ErrorCode::NotFound,
-                    message: format!("{raw:?} does not exist on the server"),
-                });
-            }
-            let kind = self.root.entry_metadata(s)?.kind;
-            if prefix.is_none() && !matches!(kind, EntryKind::Dir | EntryKind::Symlink) {
-                return Err(EngineError::Refused {
-                    code: ErrorCode::NotFound,
-                    message: format!(
-                        "{raw:?} is not a directory, but the trailing '/' asks for its contents"
-                    ),
-                });
-            }
-        }
-        Ok(Role::Source(vec![ScanSpec {
-            root: Arc::clone(&self.root),
-            start,
-            prefix,
-        }]))
     }
 
     /// Registers the session for its joins, sends `Accept` (with the address of each
@@ -425,13 +574,6 @@ fn collect_streams(
     let conns: Vec<TcpStream> = conns.into_iter().flatten().collect();
     debug_assert_eq!(conns.len(), usize::from(streams));
     Ok(conns)
-}
-
-fn bad_path(message: String) -> EngineError {
-    EngineError::Refused {
-        code: ErrorCode::PathOutsideRoot,
-        message,
-    }
 }
 
 /// The text of the `Error` frame for `e`: a refusal built as [`EngineError::Remote`]

@@ -17,12 +17,17 @@
 //!   ([`transport`] for one connection, [`control`] for a running session's control
 //!   connection, the handshake, connect and accept drivers).
 
+mod access;
+pub mod accounts;
+pub mod audit;
 pub mod client;
 pub mod codec;
 pub mod daemon;
+pub mod drain;
 pub mod error;
 mod fault;
 pub mod fs;
+pub mod guard;
 pub mod net;
 pub mod options;
 pub mod pipeline;
@@ -30,6 +35,7 @@ mod readahead;
 pub mod runtime;
 pub mod sched;
 pub mod session;
+pub mod shared;
 pub mod sink;
 pub mod source;
 pub mod stats;

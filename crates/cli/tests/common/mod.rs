@@ -69,8 +69,17 @@ impl Daemon {
         let log = logdir.path().join("daemon.log");
         let mut cmd = Command::new(BIN);
         cmd.arg("serve")
-            .arg("--root")
-            .arg(root)
+            // An accounts file names the roots itself (and conflicts with --root).
+            .args(if extra.contains(&"--accounts") {
+                &[][..]
+            } else {
+                &["--root"][..]
+            })
+            .args(if extra.contains(&"--accounts") {
+                None
+            } else {
+                Some(root)
+            })
             .args(if extra.contains(&"--listen") {
                 &[][..]
             } else {

@@ -105,6 +105,9 @@ pub fn control_halves(stream: TcpStream) -> Result<(FrameReader, FrameWriter), E
     Ok((reader, writer))
 }
 
+/// The read buffer of a [`FrameReader`] once its peer sends in bulk.
+const SCRATCH_BYTES: usize = 64 << 10;
+
 /// Reads control frames from a connection.
 #[derive(Debug)]
 pub struct FrameReader {
@@ -121,7 +124,9 @@ impl FrameReader {
         FrameReader {
             stream,
             decoder: FrameDecoder::new(),
-            scratch: vec![0; 64 << 10],
+            // Small until the peer sends more (a connection that has not authenticated
+            // costs little); grown to SCRATCH_BYTES by the first read that fills it.
+            scratch: vec![0; 4 << 10],
             peer,
         }
     }
@@ -196,6 +201,9 @@ impl FrameReader {
             }
             let took = self.decoder.feed(&self.scratch[..n]);
             debug_assert_eq!(took, n, "read no more than the decoder's room");
+            if n == self.scratch.len() && n < SCRATCH_BYTES {
+                self.scratch.resize(SCRATCH_BYTES, 0);
+            }
         }
     }
 }

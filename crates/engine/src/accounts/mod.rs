@@ -1,0 +1,243 @@
+//! Accounts of a shared daemon (`sluice serve --accounts FILE`): each has its own token,
+//! root and rights, like rsyncd's modules or XRootD's authorization.
+//!
+//! The wire is unchanged: a client proves knowledge of its token exactly as with one
+//! shared token, and the daemon finds whose token it was by verifying the proof against
+//! every account's token ([`Accounts::find`]: constant time per token, every token tried
+//! whatever matched, at most [`MAX_ACCOUNTS`]). Two accounts may not share a token, so a
+//! proof names at most one account.
+//!
+//! * [`file`] reads the TOML file (operator input: every error names the file, the
+//!   account and the field).
+//! * [`handshake`] runs the server handshake against the accounts.
+//! * [`Live`] holds the accounts a SIGHUP swaps; a running session keeps the
+//!   `Arc<Account>` it authenticated with.
+
+pub mod file;
+pub mod handshake;
+#[cfg(test)]
+mod tests;
+
+use crate::fs::Root;
+use sluice_wire::{auth, Direction, Token};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
+
+/// Most accounts one daemon holds: a failed proof costs one HMAC per account.
+pub const MAX_ACCOUNTS: usize = 4096;
+
+/// What an account may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rights {
+    /// Pull from the daemon.
+    pub read: bool,
+    /// Push to it (and stream to it).
+    pub write: bool,
+}
+
+impl Rights {
+    /// Both rights: the implicit account of `--root`/`--token-file`.
+    pub const ALL: Rights = Rights {
+        read: true,
+        write: true,
+    };
+
+    /// Whether these rights allow `direction` (a pull reads, a push writes).
+    pub fn allow(self, direction: Direction) -> bool {
+        match direction {
+            Direction::Pull => self.read,
+            Direction::Push => self.write,
+        }
+    }
+
+    /// `read`, `write`, `read, write` or `none`, as the operator wrote them.
+    pub fn describe(self) -> &'static str {
+        match (self.read, self.write) {
+            (true, true) => "read, write",
+            (true, false) => "read",
+            (false, true) => "write",
+            (false, false) => "none",
+        }
+    }
+}
+
+/// One account: who, with which token, under which root, allowed what, until when.
+pub struct Account {
+    /// The identity in the audit log (never secret).
+    pub name: String,
+    /// `None` only for the implicit account of a daemon without authentication.
+    token: Option<Token>,
+    /// The account's confined root, opened when the accounts were loaded.
+    pub root: Arc<Root>,
+    /// What it may do.
+    pub rights: Rights,
+    /// When its token stops being accepted.
+    pub expires: Option<SystemTime>,
+}
+
+impl Account {
+    /// An account; `token` `None` only for a daemon that asks for no authentication.
+    pub fn new(
+        name: impl Into<String>,
+        token: Option<Token>,
+        root: Arc<Root>,
+        rights: Rights,
+        expires: Option<SystemTime>,
+    ) -> Account {
+        Account {
+            name: name.into(),
+            token,
+            root,
+            rights,
+            expires,
+        }
+    }
+
+    /// Whether its token has expired at `now`.
+    pub fn expired(&self, now: SystemTime) -> bool {
+        self.expires.is_some_and(|t| t <= now)
+    }
+
+    /// The account's token (for the handshake's own proofs).
+    pub(crate) fn token(&self) -> Option<&Token> {
+        self.token.as_ref()
+    }
+}
+
+impl std::fmt::Debug for Account {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Account")
+            .field("name", &self.name)
+            .field("root", &self.root.path())
+            .field("rights", &self.rights)
+            .field("expires", &self.expires)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The accounts a daemon serves: either one implicit account (`--root`, with or without
+/// `--token-file`) or the entries of an accounts file, all with tokens.
+#[derive(Debug)]
+pub struct Accounts {
+    list: Vec<Arc<Account>>,
+    /// Where they were read from (re-read on SIGHUP); `None` for the implicit account.
+    source: Option<PathBuf>,
+}
+
+impl Accounts {
+    /// The implicit account of `--root` and `--token-file` (all rights). With no token
+    /// the daemon asks for no authentication and its sessions have no identity.
+    ///
+    /// # Errors
+    /// The root cannot be opened.
+    pub fn single(root: &Path, token: Option<Token>) -> Result<Accounts, crate::fs::FsError> {
+        let root = Arc::new(Root::open(root)?);
+        let name = if token.is_some() { "token" } else { "" };
+        Ok(Accounts {
+            list: vec![Arc::new(Account::new(name, token, root, Rights::ALL, None))],
+            source: None,
+        })
+    }
+
+    /// Accounts from `list` (at least one, at most [`MAX_ACCOUNTS`], each with its own
+    /// token), read from `source`.
+    pub(crate) fn from_list(list: Vec<Account>, source: Option<PathBuf>) -> Accounts {
+        assert!(!list.is_empty() && list.len() <= MAX_ACCOUNTS);
+        assert!(list.iter().all(|a| a.token.is_some()));
+        Accounts {
+            list: list.into_iter().map(Arc::new).collect(),
+            source,
+        }
+    }
+
+    /// Whether clients must prove a token.
+    pub fn auth_required(&self) -> bool {
+        self.list.iter().any(|a| a.token.is_some())
+    }
+
+    /// The account of a daemon without authentication (its only one).
+    pub fn open_account(&self) -> Option<&Arc<Account>> {
+        match &self.list[..] {
+            [only] if only.token.is_none() => Some(only),
+            _ => None,
+        }
+    }
+
+    /// How many accounts.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Never: there is always at least one account.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// The file they came from, if any.
+    pub fn source(&self) -> Option<&Path> {
+        self.source.as_deref()
+    }
+
+    /// The account whose token made `mac` the client's proof for these nonces. Every
+    /// account's token is tried (each comparison constant-time, no early exit), so the
+    /// time taken does not tell which account matched, or whether one did.
+    pub fn find(
+        &self,
+        client_nonce: &[u8; 32],
+        server_nonce: &[u8; 32],
+        mac: &[u8; 32],
+    ) -> Option<&Arc<Account>> {
+        let mut found = None;
+        for account in &self.list {
+            let Some(token) = &account.token else {
+                continue;
+            };
+            let ok = auth::verify_client_proof(token, client_nonce, server_nonce, mac);
+            if ok && found.is_none() {
+                found = Some(account);
+            }
+        }
+        found
+    }
+}
+
+/// The accounts in force, swapped whole by a reload; a session holds the
+/// `Arc<Account>` it authenticated with, so a swap never changes a running session.
+#[derive(Debug)]
+pub struct Live(RwLock<Arc<Accounts>>);
+
+impl Live {
+    /// Starts with `accounts`.
+    pub fn new(accounts: Accounts) -> Live {
+        Live(RwLock::new(Arc::new(accounts)))
+    }
+
+    /// The accounts now in force.
+    pub fn current(&self) -> Arc<Accounts> {
+        Arc::clone(
+            &self
+                .0
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// Re-reads the accounts file and swaps it in; on any error the accounts in force
+    /// stay and the error is returned (one line naming the file and what is wrong).
+    ///
+    /// # Errors
+    /// There is no file to re-read, or it does not load.
+    pub fn reload(&self) -> Result<usize, String> {
+        let Some(path) = self.current().source().map(Path::to_path_buf) else {
+            return Err("no --accounts file to re-read".into());
+        };
+        let fresh = file::load(&path).map_err(|e| e.to_string())?;
+        let n = fresh.len();
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(fresh);
+        Ok(n)
+    }
+}
