@@ -97,19 +97,22 @@ impl FarSide {
         self.ready.fingerprint.as_deref()
     }
 
-    /// Ends a far side whose session is over: closes ssh's stdin and waits for ssh.
-    /// A far side that exits badly after a copy that succeeded is a warning, not an
-    /// error: the files are in place.
+    /// Ends a far side whose session is over: it exits by itself once its session is
+    /// done, so ssh is waited for with its stdin still open (closing it first could
+    /// stop a far side that is still finishing); one that does not exit in time gets
+    /// its stdin closed (and is stopped by `Drop`). A far side that exits badly after a
+    /// copy that succeeded is a warning, not an error: the files are in place.
     pub fn finish(mut self) {
+        let status = wait_for(&mut self.child, EXIT_WAIT);
         self.stdin = None;
-        match wait_for(&mut self.child, EXIT_WAIT) {
+        match status {
             Some(status) if status.success() => {}
             Some(status) => tracing::warn!(
                 "the far side on {} exited with {status}: {}",
                 self.dest,
                 self.last_line().unwrap_or_default()
             ),
-            None => tracing::warn!("ssh to {} did not exit; stopping it", self.dest),
+            None => tracing::warn!("the far side on {} did not exit; stopping it", self.dest),
         }
     }
 
