@@ -8,6 +8,7 @@ mod sshd;
 
 use common::{cp, ChildGuard, Out, BIN, SMALL};
 use sshd::Sshd;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -195,6 +196,60 @@ fn killing_the_client_ends_the_far_side_and_leaves_no_final_name() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(!dst.exists(), "nothing under the final name");
+}
+
+/// Starts the far side by hand over ssh (`oneshot push DIR/x`, waiting `wait` seconds
+/// for a client), hands it a secret and returns it once it said it is ready.
+fn far_side_by_hand(sshd: &Sshd, dir: &Path, wait: u32) -> ChildGuard {
+    let dst = dir.join("x");
+    let command = format!("{BIN} oneshot push --wait {wait} -- '{}'", dst.display());
+    let mut far = ChildGuard(sshd.spawn_ssh(&command));
+    let mut stdin = far.0.stdin.take().unwrap();
+    stdin.write_all(b"0123456789abcdef0123456789abcdef\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(far.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("SLUICE1 READY port="), "{line:?} {}", sshd.log());
+    far.0.stdin = Some(stdin);
+    far
+}
+
+fn exits_within(child: &mut ChildGuard, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+#[test]
+fn the_far_side_exits_when_ssh_closes_its_stdin_even_with_no_client() {
+    let Some(sshd) = Sshd::start() else { return };
+    let far = tempfile::tempdir().unwrap();
+    // It would wait 10 minutes for a client: only the closed stdin can end it.
+    let mut child = far_side_by_hand(&sshd, far.path(), 600);
+    let words = ["oneshot", far.path().to_str().unwrap()];
+    assert!(!processes_with(&words).is_empty(), "the far side runs");
+    drop(child.0.stdin.take());
+    let status = exits_within(&mut child, Duration::from_secs(20));
+    assert!(status.is_some_and(|s| !s.success()), "ssh and the far side exit: {status:?}");
+    assert!(processes_with(&words).is_empty(), "{:?}", processes_with(&words));
+    assert!(empty_dir(far.path()), "nothing written");
+}
+
+#[test]
+fn the_far_side_gives_up_when_no_client_comes() {
+    let Some(sshd) = Sshd::start() else { return };
+    let far = tempfile::tempdir().unwrap();
+    let mut child = far_side_by_hand(&sshd, far.path(), 1);
+    let status = exits_within(&mut child, Duration::from_secs(30));
+    assert!(status.is_some_and(|s| !s.success()), "the far side gives up: {status:?}");
+    let mut err = String::new();
+    child.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("gave up waiting for the client"), "{err}");
+    assert!(empty_dir(far.path()), "nothing written");
 }
 
 #[test]

@@ -178,6 +178,21 @@ impl Sshd {
             .expect("ssh runs")
     }
 
+    /// Starts `command` on the far host through ssh with its stdin, stdout and stderr
+    /// piped (the way `sluice cp` starts its far side).
+    pub fn spawn_ssh(&self, command: &str) -> Child {
+        let rsh = self.rsh();
+        let words: Vec<&str> = rsh.split_whitespace().collect();
+        Command::new(words[0])
+            .args(&words[1..])
+            .args(["-o", "BatchMode=yes", &self.dest(), command])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ssh runs")
+    }
+
     /// Limits what the root namespace sends to the far host to `rate` (tc tbf), so a
     /// transfer lasts long enough to be interrupted.
     pub fn throttle(&self, rate: &str) {
