@@ -41,9 +41,7 @@ pub fn parse_scp(s: &str) -> Option<Result<SshTarget, String>> {
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
     if host.is_empty() || user.is_some_and(str::is_empty) {
-        return Some(Err(format!(
-            "{s:?} has no host: expected [user@]host:path"
-        )));
+        return Some(Err(format!("{s:?} has no host: expected [user@]host:path")));
     }
     let dest = match user {
         Some(u) => format!("{u}@{host}"),
@@ -185,7 +183,9 @@ pub fn split_command(s: &str) -> Result<Vec<String>, String> {
                     None => return Err(format!("{s:?}: a ' is not closed")),
                 }
             },
-            '"' => double_quoted(&mut chars, &mut word).ok_or(format!("{s:?}: a \" is not closed"))?,
+            '"' => {
+                double_quoted(&mut chars, &mut word).ok_or(format!("{s:?}: a \" is not closed"))?
+            }
             '\\' => word.extend(chars.next()),
             c => word.push(c),
         }

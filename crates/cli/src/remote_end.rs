@@ -108,9 +108,9 @@ fn read_secret() -> Result<Token> {
         .take(SECRET_LINE_MAX)
         .read_line(&mut line)
         .context("reading the session key from stdin")?;
-    let secret = line
-        .strip_suffix('\n')
-        .ok_or_else(|| bad_input("no session key on stdin: this command is started by sluice cp"))?;
+    let secret = line.strip_suffix('\n').ok_or_else(|| {
+        bad_input("no session key on stdin: this command is started by sluice cp")
+    })?;
     Token::new(secret.as_bytes().to_vec()).map_err(|e| bad_input(format!("the session key: {e}")))
 }
 
@@ -125,7 +125,9 @@ fn watch_stdin(done: Arc<AtomicBool>) -> Result<()> {
             let mut stdin = std::io::stdin().lock();
             while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
             if !done.load(Ordering::SeqCst) {
-                crate::output::stderr_line("sluice: the client went away (ssh closed stdin): exiting");
+                crate::output::stderr_line(
+                    "sluice: the client went away (ssh closed stdin): exiting",
+                );
                 std::process::exit(GONE_EXIT);
             }
         })
@@ -159,7 +161,10 @@ mod tests {
     #[test]
     fn the_listening_address_is_the_one_ssh_arrived_at() {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert_eq!(server_ip("10.43.0.1 51234 10.43.0.2 22"), Some(ip("10.43.0.2")));
+        assert_eq!(
+            server_ip("10.43.0.1 51234 10.43.0.2 22"),
+            Some(ip("10.43.0.2"))
+        );
         assert_eq!(server_ip("fd00::1 5 fd00::2 22"), Some(ip("fd00::2")));
         assert_eq!(server_ip("10.43.0.1 51234"), None);
         assert_eq!(server_ip(""), None);

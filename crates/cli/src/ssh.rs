@@ -22,7 +22,13 @@ pub struct SshArgs {
     /// The remote shell that starts the far side for `[user@]host:path` endpoints, like
     /// rsync's -e: e.g. "ssh -p 2222 -i KEY -o ...". Runs without prompting
     /// (BatchMode) unless stdin is a terminal.
-    #[arg(short = 'e', long = "rsh", value_name = "CMD", env = "SLUICE_RSH", default_value = "ssh")]
+    #[arg(
+        short = 'e',
+        long = "rsh",
+        value_name = "CMD",
+        env = "SLUICE_RSH",
+        default_value = "ssh"
+    )]
     pub rsh: String,
     /// The far side's sluice binary (like rsync's --rsync-path), if it is not `sluice`
     /// on the remote PATH.

@@ -2,6 +2,8 @@
 //! (`common/sshd.rs`): pushes and pulls over a far side started by ssh, `--via-ssh`, a
 //! client killed with SIGKILL, and every way the start can fail, each with its one line.
 
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
+
 mod common;
 #[path = "common/sshd.rs"]
 mod sshd;
@@ -79,15 +81,39 @@ fn push_a_tree_into_a_new_and_an_existing_directory() {
     let local = src.path().join("data");
     // A new destination is a copy of the directory (cp -r data new).
     let new = far.path().join("new");
-    let out = ssh_cp(&sshd, &["-r", local.to_str().unwrap(), &format!("{}:{}", sshd.dest(), new.display())], None);
+    let out = ssh_cp(
+        &sshd,
+        &[
+            "-r",
+            local.to_str().unwrap(),
+            &format!("{}:{}", sshd.dest(), new.display()),
+        ],
+        None,
+    );
     assert_eq!(out.code, Some(0), "{out:?} {}", sshd.log());
     same_tree(&local, &new);
     // An existing directory receives it under its own name; its contents with '/'.
-    let out = ssh_cp(&sshd, &["-r", local.to_str().unwrap(), &format!("{}:{}", sshd.dest(), far.path().display())], None);
+    let out = ssh_cp(
+        &sshd,
+        &[
+            "-r",
+            local.to_str().unwrap(),
+            &format!("{}:{}", sshd.dest(), far.path().display()),
+        ],
+        None,
+    );
     assert_eq!(out.code, Some(0), "{out:?}");
     same_tree(&local, &far.path().join("data"));
     let into = far.path().join("into");
-    let out = ssh_cp(&sshd, &["-r", &format!("{}/", local.display()), &format!("{}:{}/", sshd.dest(), into.display())], None);
+    let out = ssh_cp(
+        &sshd,
+        &[
+            "-r",
+            &format!("{}/", local.display()),
+            &format!("{}:{}/", sshd.dest(), into.display()),
+        ],
+        None,
+    );
     assert_eq!(out.code, Some(0), "{out:?}");
     same_tree(&local, &into);
 }
@@ -118,7 +144,11 @@ fn a_relative_remote_path_is_under_the_remote_home() {
     let src = tempfile::tempdir().unwrap();
     let file = src.path().join("r.bin");
     write(&file, &data(200_000, 4));
-    let out = ssh_cp(&sshd, &[file.to_str().unwrap(), &format!("{}:{name}/", sshd.dest())], None);
+    let out = ssh_cp(
+        &sshd,
+        &[file.to_str().unwrap(), &format!("{}:{name}/", sshd.dest())],
+        None,
+    );
     let landed = home.join(&name).join("r.bin");
     let ok = landed.exists();
     let bytes = std::fs::read(&landed).ok();
@@ -136,25 +166,49 @@ fn via_ssh_tunnels_to_a_far_side_that_listens_on_its_loopback_only() {
     let dst = far.path().join("t");
     let dest = format!("{}:{}", sshd.dest(), dst.display());
     let local = format!("{}/", src.path().display());
-    let out = ssh_cp(&sshd, &["--via-ssh", "--log", "info", "-r", &local, &dest], None);
+    let out = ssh_cp(
+        &sshd,
+        &["--via-ssh", "--log", "info", "-r", &local, &dest],
+        None,
+    );
     assert_eq!(out.code, Some(0), "{out:?}");
     // The far side listened on the namespace's 127.0.0.1, which the client (in another
     // namespace) cannot reach directly: the bytes came through ssh.
-    let ready = out.stderr.lines().find(|l| l.contains("SLUICE1 READY")).unwrap_or_default();
+    let ready = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("SLUICE1 READY"))
+        .unwrap_or_default();
     assert!(ready.contains("host=127.0.0.1"), "{}", out.stderr);
     same_tree(src.path(), &dst);
     // Without --via-ssh the far side listens on the address ssh arrived at.
     let again = far.path().join("u");
-    let out = ssh_cp(&sshd, &["--log", "info", "-r", &local, &format!("{}:{}", sshd.dest(), again.display())], None);
+    let out = ssh_cp(
+        &sshd,
+        &[
+            "--log",
+            "info",
+            "-r",
+            &local,
+            &format!("{}:{}", sshd.dest(), again.display()),
+        ],
+        None,
+    );
     assert_eq!(out.code, Some(0), "{out:?}");
-    assert!(out.stderr.contains(&format!("host={} ", sshd.ip)), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("host={} ", sshd.ip)),
+        "{}",
+        out.stderr
+    );
 }
 
 /// Processes whose command line holds every word of `words`.
 fn processes_with(words: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
         let line = String::from_utf8_lossy(&raw).replace('\0', " ");
         if words.iter().all(|w| line.contains(w)) {
             found.push(line);
@@ -175,16 +229,34 @@ fn killing_the_client_ends_the_far_side_and_leaves_no_final_name() {
     let mut args = vec!["cp"];
     args.extend(SMALL);
     let dest = format!("{}:{}", sshd.dest(), dst.display());
-    args.extend(["-e", &rsh, "--sluice-path", BIN, file.to_str().unwrap(), &dest]);
+    args.extend([
+        "-e",
+        &rsh,
+        "--sluice-path",
+        BIN,
+        file.to_str().unwrap(),
+        &dest,
+    ]);
     let mut child = Command::new(BIN);
-    child.args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    child
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     let mut client = ChildGuard(child.spawn().unwrap());
     // Mid-transfer: the far side has started writing the partial.
     let part = far.path().join(".big.bin.sluice-part");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !part.exists() {
-        assert!(client.is_running(), "the copy ended before it could be interrupted");
-        assert!(Instant::now() < deadline, "no partial appeared: {}", sshd.log());
+        assert!(
+            client.is_running(),
+            "the copy ended before it could be interrupted"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no partial appeared: {}",
+            sshd.log()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let far_words = ["oneshot", dst.to_str().unwrap()];
@@ -192,7 +264,11 @@ fn killing_the_client_ends_the_far_side_and_leaves_no_final_name() {
     client.kill(); // SIGKILL
     let deadline = Instant::now() + Duration::from_secs(10);
     while !processes_with(&far_words).is_empty() {
-        assert!(Instant::now() < deadline, "the far side still runs: {:?}", processes_with(&far_words));
+        assert!(
+            Instant::now() < deadline,
+            "the far side still runs: {:?}",
+            processes_with(&far_words)
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(!dst.exists(), "nothing under the final name");
@@ -205,10 +281,18 @@ fn far_side_by_hand(sshd: &Sshd, dir: &Path, wait: u32) -> ChildGuard {
     let command = format!("{BIN} oneshot push --wait {wait} -- '{}'", dst.display());
     let mut far = ChildGuard(sshd.spawn_ssh(&command));
     let mut stdin = far.0.stdin.take().unwrap();
-    stdin.write_all(b"0123456789abcdef0123456789abcdef\n").unwrap();
+    stdin
+        .write_all(b"0123456789abcdef0123456789abcdef\n")
+        .unwrap();
     let mut line = String::new();
-    BufReader::new(far.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    assert!(line.starts_with("SLUICE1 READY port="), "{line:?} {}", sshd.log());
+    BufReader::new(far.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.starts_with("SLUICE1 READY port="),
+        "{line:?} {}",
+        sshd.log()
+    );
     far.0.stdin = Some(stdin);
     far
 }
@@ -234,8 +318,15 @@ fn the_far_side_exits_when_ssh_closes_its_stdin_even_with_no_client() {
     assert!(!processes_with(&words).is_empty(), "the far side runs");
     drop(child.0.stdin.take());
     let status = exits_within(&mut child, Duration::from_secs(20));
-    assert!(status.is_some_and(|s| !s.success()), "ssh and the far side exit: {status:?}");
-    assert!(processes_with(&words).is_empty(), "{:?}", processes_with(&words));
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "ssh and the far side exit: {status:?}"
+    );
+    assert!(
+        processes_with(&words).is_empty(),
+        "{:?}",
+        processes_with(&words)
+    );
     assert!(empty_dir(far.path()), "nothing written");
 }
 
@@ -245,9 +336,18 @@ fn the_far_side_gives_up_when_no_client_comes() {
     let far = tempfile::tempdir().unwrap();
     let mut child = far_side_by_hand(&sshd, far.path(), 1);
     let status = exits_within(&mut child, Duration::from_secs(30));
-    assert!(status.is_some_and(|s| !s.success()), "the far side gives up: {status:?}");
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "the far side gives up: {status:?}"
+    );
     let mut err = String::new();
-    child.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert!(err.contains("gave up waiting for the client"), "{err}");
     assert!(empty_dir(far.path()), "nothing written");
 }
@@ -264,9 +364,22 @@ fn a_failed_login_is_sshs_own_line() {
         ("id", "empty_known_hosts", "Host key verification failed."),
     ] {
         let rsh = sshd.rsh_with(key, known);
-        let out = cp(&["-e", &rsh, "--sluice-path", BIN, file.to_str().unwrap(), &dest], None);
+        let out = cp(
+            &[
+                "-e",
+                &rsh,
+                "--sluice-path",
+                BIN,
+                file.to_str().unwrap(),
+                &dest,
+            ],
+            None,
+        );
         let line = one_line(&out);
-        assert!(line.starts_with(&format!("sluice: error: ssh {}: ", sshd.dest())), "{line}");
+        assert!(
+            line.starts_with(&format!("sluice: error: ssh {}: ", sshd.dest())),
+            "{line}"
+        );
         assert!(line.contains(says), "{line}");
         assert!(empty_dir(far.path()), "nothing written");
     }
@@ -280,17 +393,43 @@ fn a_far_side_without_sluice_says_so() {
     write(&file, b"x");
     let dest = format!("{}:{}/f", sshd.dest(), far.path().display());
     let rsh = sshd.rsh();
-    let out = cp(&["-e", &rsh, "--sluice-path", "/nonexistent", file.to_str().unwrap(), &dest], None);
+    let out = cp(
+        &[
+            "-e",
+            &rsh,
+            "--sluice-path",
+            "/nonexistent",
+            file.to_str().unwrap(),
+            &dest,
+        ],
+        None,
+    );
     let line = one_line(&out);
-    assert!(line.contains("/nonexistent") && line.contains("give --sluice-path"), "{line}");
+    assert!(
+        line.contains("/nonexistent") && line.contains("give --sluice-path"),
+        "{line}"
+    );
     // The default name, not on the far side's PATH.
-    let out = cp(&["-e", &rsh, "--sluice-path", "sluice-not-installed", file.to_str().unwrap(), &dest], None);
+    let out = cp(
+        &[
+            "-e",
+            &rsh,
+            "--sluice-path",
+            "sluice-not-installed",
+            file.to_str().unwrap(),
+            &dest,
+        ],
+        None,
+    );
     assert!(one_line(&out).contains("give --sluice-path"), "{out:?}");
     // No --sluice-path: `sluice` on the far side's PATH, where it is not installed.
     let out = cp(&["-e", &rsh, file.to_str().unwrap(), &dest], None);
     let line = one_line(&out);
     assert!(
-        line.contains(&format!("sluice is not installed on {} (or not on PATH): give --sluice-path", sshd.ip)),
+        line.contains(&format!(
+            "sluice is not installed on {} (or not on PATH): give --sluice-path",
+            sshd.ip
+        )),
         "{line}"
     );
     assert!(empty_dir(far.path()), "nothing written");
@@ -303,14 +442,66 @@ fn a_far_side_that_refuses_the_path_says_why() {
     let file = src.path().join("f");
     write(&file, b"x");
     let missing = far.path().join("no/such/dir/f");
-    let out = ssh_cp(&sshd, &[file.to_str().unwrap(), &format!("{}:{}", sshd.dest(), missing.display())], None);
+    let out = ssh_cp(
+        &sshd,
+        &[
+            file.to_str().unwrap(),
+            &format!("{}:{}", sshd.dest(), missing.display()),
+        ],
+        None,
+    );
     let line = one_line(&out);
     assert_eq!(out.code, Some(2), "bad input: {out:?}");
-    assert!(line.contains("is not a directory on the far side"), "{line}");
+    assert!(
+        line.contains("is not a directory on the far side"),
+        "{line}"
+    );
     // A pull of something that is not there.
     let local = tempfile::tempdir().unwrap();
     let remote = format!("{}:{}", sshd.dest(), far.path().join("absent").display());
     let out = ssh_cp(&sshd, &[&remote, "."], Some(local.path()));
     assert!(one_line(&out).contains("does not exist"), "{out:?}");
-    assert!(empty_dir(far.path()) && empty_dir(local.path()), "nothing written");
+    assert!(
+        empty_dir(far.path()) && empty_dir(local.path()),
+        "nothing written"
+    );
+}
+
+/// The time a 1-file copy over ssh takes from the command's start to its exit (the
+/// start-up latency: ssh, the far side's plan and pools, the session), against
+/// `rsync -e ssh` of the same file over the same sshd, each the median of 5 runs,
+/// interleaved. A measurement, not a test: it asserts nothing about the figures. Run it
+/// with the release binary:
+/// `SLUICE_BIN=target/release/sluice cargo test -p sluice --test ssh start_up_latency -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement: run by hand with --ignored"]
+fn start_up_latency_against_rsync() {
+    let Some(sshd) = Sshd::start() else { return };
+    let bin = std::env::var("SLUICE_BIN").unwrap_or_else(|_| BIN.to_string());
+    let (src, far) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let file = src.path().join("one.bin");
+    write(&file, &data(64 << 10, 6));
+    let rsh = sshd.rsh();
+    let time = |program: &str, args: &[&str]| {
+        let started = Instant::now();
+        let out = common::run_in(program, args, None);
+        assert_eq!(out.code, Some(0), "{program} {args:?}: {out:?}");
+        started.elapsed().as_secs_f64()
+    };
+    let (mut sluice, mut rsync) = (Vec::new(), Vec::new());
+    for i in 0..5 {
+        let dest = |tool: &str| format!("{}:{}/{tool}{i}.bin", sshd.dest(), far.path().display());
+        let f = file.to_str().unwrap();
+        sluice.push(time(
+            &bin,
+            &["cp", "-e", &rsh, "--sluice-path", &bin, f, &dest("s")],
+        ));
+        rsync.push(time("rsync", &["-e", &rsh, f, &dest("r")]));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (s, r) = (median(&mut sluice), median(&mut rsync));
+    println!("start-up latency, 1 file of 64 KiB over ssh (median of 5): sluice {:.0} ms, rsync -e ssh {:.0} ms ({bin}; runs: sluice {sluice:.3?} rsync {rsync:.3?})", s * 1e3, r * 1e3);
 }

@@ -19,8 +19,8 @@ use crate::source::ScanSpec;
 use crate::stats::{Stats, Summary};
 use crate::transport::{self, FrameReader, FrameWriter};
 use sluice_wire::{
-    Addresses, Capabilities, Direction, ErrorCode, ErrorFrame, Established, Frame, JoinTable,
-    Open, Token,
+    Addresses, Capabilities, Direction, ErrorCode, ErrorFrame, Established, Frame, JoinTable, Open,
+    Token,
 };
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -218,9 +218,15 @@ fn role_for(root: &Arc<Root>, open: &Open) -> Result<Role, EngineError> {
     let raw = open.path.as_str();
     let refused = |code, message: String| EngineError::Refused { code, message };
     if open.direction == Direction::Push {
-        let is_dir = |p: &_| root.entry_metadata(p).is_ok_and(|m| m.kind == EntryKind::Dir);
+        let is_dir = |p: &_| {
+            root.entry_metadata(p)
+                .is_ok_and(|m| m.kind == EntryKind::Dir)
+        };
         let dest = DestMap::for_destination(raw, is_dir).map_err(|m| {
-            refused(ErrorCode::PathOutsideRoot, format!("destination {raw:?}: {m}"))
+            refused(
+                ErrorCode::PathOutsideRoot,
+                format!("destination {raw:?}: {m}"),
+            )
         })?;
         if let Some(base) = &dest.base {
             root.create_dir_all(base, 0o755)?;
@@ -237,12 +243,17 @@ fn role_for(root: &Arc<Root>, open: &Open) -> Result<Role, EngineError> {
         }
         let kind = root.entry_metadata(s)?.kind;
         if prefix.is_none() && !matches!(kind, EntryKind::Dir | EntryKind::Symlink) {
-            let message = format!("{raw:?} is not a directory, but the trailing '/' asks for its contents");
+            let message =
+                format!("{raw:?} is not a directory, but the trailing '/' asks for its contents");
             return Err(refused(ErrorCode::NotFound, message));
         }
     }
     let root = Arc::clone(root);
-    Ok(Role::Source(vec![ScanSpec { root, start, prefix }]))
+    Ok(Role::Source(vec![ScanSpec {
+        root,
+        start,
+        prefix,
+    }]))
 }
 
 /// Sends `Accept` (no addresses: the client dials the address it reached the control

@@ -19,7 +19,14 @@ fn scp_rule_decides_what_is_remote() {
     assert_eq!(target("[fd00::2]:/x"), pair("fd00::2", "/x"));
     assert_eq!(target("me@[fd00::2]:x"), pair("me@fd00::2", "x"));
     // A '/' before the ':' (or a leading ':') keeps a path local, as in scp.
-    for local in ["./a:b", "/x/a:b", "dir/a:b", ":x", "plain", "sluice://h:7878/x"] {
+    for local in [
+        "./a:b",
+        "/x/a:b",
+        "dir/a:b",
+        ":x",
+        "plain",
+        "sluice://h:7878/x",
+    ] {
         assert_eq!(target(local), None, "{local}");
     }
     assert!(parse_scp("me@:x").unwrap().is_err());
@@ -83,7 +90,10 @@ fn quoting_survives_a_shell_and_commands_split_like_one() {
     assert_eq!(shell_quote("a b"), "'a b'");
     assert_eq!(shell_quote("it's"), r"'it'\''s'");
     let w = split_command(r#"ssh -p 2222 -i 'my key' -o "A=b c" x\ y"#).unwrap();
-    assert_eq!(w, ["ssh", "-p", "2222", "-i", "my key", "-o", "A=b c", "x y"]);
+    assert_eq!(
+        w,
+        ["ssh", "-p", "2222", "-i", "my key", "-o", "A=b c", "x y"]
+    );
     assert_eq!(split_command(r#""a\"b""#).unwrap(), [r#"a"b"#]);
     assert_eq!(split_command("''").unwrap(), [""]);
     assert!(split_command("ssh 'x").is_err());

@@ -36,7 +36,7 @@ pub struct FarSide {
     ready: Ready,
     connect: SocketAddr,
     /// With `--via-ssh`: the ssh control master's private directory.
-    _control: Option<Control>,
+    control: Option<Control>,
 }
 
 impl FarSide {
@@ -56,31 +56,38 @@ impl FarSide {
         let control = args.via_ssh.then(Control::new).transpose()?;
         let mut cmd = ssh_command(&words, control.as_ref(), &target.dest);
         cmd.arg(remote_command(target, way, args, far_job));
-        let mut child = cmd.spawn().map_err(|e| {
-            anyhow!("cannot run the remote shell {:?}: {e}", words[0])
-        })?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| anyhow!("cannot run the remote shell {:?}: {e}", words[0]))?;
         let stderr = collect_stderr(&mut child);
         let mut stdin = child.stdin.take();
         if let Some(s) = stdin.as_mut() {
             // A far side that is already gone shows up as the missing ready line.
-            let _ = s.write_all(format!("{secret}\n").as_bytes()).and_then(|()| s.flush());
+            let _ = s
+                .write_all(format!("{secret}\n").as_bytes())
+                .and_then(|()| s.flush());
         }
         let mut far = FarSide {
             child,
             stdin,
             stderr,
             dest: target.dest.clone(),
-            ready: Ready { addr: SocketAddr::from(([0, 0, 0, 0], 0)), fingerprint: None },
+            ready: Ready {
+                addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+                fingerprint: None,
+            },
             connect: SocketAddr::from(([0, 0, 0, 0], 0)),
-            _control: None,
+            control: None,
         };
         far.ready = far.await_ready(&args.sluice_path)?;
         tracing::info!("far side ready: {}", far.ready.line());
-        far.connect = match &control {
-            Some(c) => tunnel::forward(&words, c, &far.dest, far.ready.addr.port())?,
+        // Kept in `far` first: the directory goes only after ssh has exited.
+        far.control = control;
+        let port = far.ready.addr.port();
+        far.connect = match &far.control {
+            Some(c) => tunnel::forward(&words, c, &far.dest, port)?,
             None => far.ready.addr,
         };
-        far._control = control;
         Ok(far)
     }
 
@@ -118,9 +125,17 @@ impl FarSide {
 
     /// Reads the ready line; anything else is the far side's (or ssh's) error.
     fn await_ready(&mut self, sluice_path: &str) -> Result<Ready> {
-        let wait = if std::io::stdin().is_terminal() { READY_WAIT_TTY } else { READY_WAIT };
+        let wait = if std::io::stdin().is_terminal() {
+            READY_WAIT_TTY
+        } else {
+            READY_WAIT
+        };
         let lines = first_line(&mut self.child);
-        let host = self.dest.rsplit_once('@').map_or(self.dest.as_str(), |(_, h)| h).to_string();
+        let host = self
+            .dest
+            .rsplit_once('@')
+            .map_or(self.dest.as_str(), |(_, h)| h)
+            .to_string();
         match lines.recv_timeout(wait) {
             Ok(Some(line)) => Ready::parse(&line).ok_or_else(|| {
                 let _ = self.child.kill();
@@ -130,7 +145,13 @@ impl FarSide {
                 let status = wait_for(&mut self.child, EXIT_WAIT);
                 let code = status.and_then(|s| s.code());
                 let last = self.last_line();
-                Err(failure(&self.dest, &host, code, last.as_deref(), sluice_path))
+                Err(failure(
+                    &self.dest,
+                    &host,
+                    code,
+                    last.as_deref(),
+                    sluice_path,
+                ))
             }
             Err(mpsc::RecvTimeoutError::Timeout) => Err(anyhow!(
                 "{}: the far side did not say it was ready within {} s",
@@ -141,7 +162,10 @@ impl FarSide {
     }
 
     fn last_line(&self) -> Option<String> {
-        let lines = self.stderr.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let lines = self
+            .stderr
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         lines.back().cloned()
     }
 }
@@ -168,7 +192,9 @@ fn ssh_command(words: &[String], control: Option<&Control>, dest: &str) -> Comma
         cmd.args(c.master_options());
     }
     cmd.arg("--").arg(dest);
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     cmd
 }
 
@@ -208,9 +234,9 @@ pub(super) fn failure(
             anyhow!("ssh {dest}: {l}")
         }
         (Some(255), None) => anyhow!("ssh {dest} failed (exit 255) and said nothing"),
-        (Some(127), _) if sluice_path == "sluice" => anyhow!(
-            "sluice is not installed on {host} (or not on PATH): give --sluice-path"
-        ),
+        (Some(127), _) if sluice_path == "sluice" => {
+            anyhow!("sluice is not installed on {host} (or not on PATH): give --sluice-path")
+        }
         (Some(127), _) => anyhow!(
             "{sluice_path} is not found on {host}: give --sluice-path the far side's sluice binary"
         ),
@@ -239,7 +265,9 @@ fn collect_stderr(child: &mut Child) -> Arc<Mutex<VecDeque<String>>> {
         std::thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
                 tracing::debug!("far side: {line}");
-                let mut l = keep.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut l = keep
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if l.len() == STDERR_LINES {
                     l.pop_front();
                 }

@@ -5,7 +5,10 @@ use sluice_engine::SessionOptions;
 fn config(paths: &[&str]) -> CopyConfig {
     let (dest, sources) = paths.split_last().unwrap();
     CopyConfig {
-        sources: sources.iter().map(|s| Endpoint::parse(s).unwrap()).collect(),
+        sources: sources
+            .iter()
+            .map(|s| Endpoint::parse(s).unwrap())
+            .collect(),
         dest: Endpoint::parse(dest).unwrap(),
         opts: SessionOptions::default(),
         token: None,
@@ -46,7 +49,11 @@ fn impossible_ssh_copies_are_refused_with_one_line() {
 fn a_far_side_that_never_got_ready_fails_with_the_right_line() {
     let f = |code, last: Option<&str>, path| failure("me@h", "h", code, last, path).to_string();
     assert_eq!(
-        f(Some(255), Some("me@h: Permission denied (publickey)."), "sluice"),
+        f(
+            Some(255),
+            Some("me@h: Permission denied (publickey)."),
+            "sluice"
+        ),
         "ssh me@h: Permission denied (publickey)."
     );
     assert_eq!(
@@ -54,11 +61,21 @@ fn a_far_side_that_never_got_ready_fails_with_the_right_line() {
         "ssh me@h: Host key verification failed."
     );
     assert_eq!(
-        f(Some(127), Some("bash: line 1: sluice: command not found"), "sluice"),
+        f(
+            Some(127),
+            Some("bash: line 1: sluice: command not found"),
+            "sluice"
+        ),
         "sluice is not installed on h (or not on PATH): give --sluice-path"
     );
     assert!(f(Some(127), None, "/opt/x").contains("/opt/x is not found on h"));
-    let refused = failure("h", "h", Some(2), Some("sluice: error: \"/x\": nope"), "sluice");
+    let refused = failure(
+        "h",
+        "h",
+        Some(2),
+        Some("sluice: error: \"/x\": nope"),
+        "sluice",
+    );
     assert_eq!(refused.to_string(), "h: \"/x\": nope");
     assert_eq!(crate::exit::code_of(&refused), crate::exit::ExitCode::Usage);
     assert!(f(Some(1), None, "sluice").contains("without saying why"));
@@ -67,7 +84,17 @@ fn a_far_side_that_never_got_ready_fails_with_the_right_line() {
 #[test]
 fn the_far_job_repeats_the_copys_plan_flags() {
     use clap::Parser;
-    let cli = crate::Cli::try_parse_from(["sluice", "cp", "--streams", "3", "-e", "ssh -p 2", "a", "h:b"]).unwrap();
+    let cli = crate::Cli::try_parse_from([
+        "sluice",
+        "cp",
+        "--streams",
+        "3",
+        "-e",
+        "ssh -p 2",
+        "a",
+        "h:b",
+    ])
+    .unwrap();
     let crate::Command::Cp(args) = cli.command else {
         panic!("cp")
     };

@@ -79,7 +79,10 @@ pub fn forward(
             .arg("-o")
             .arg(format!("ControlPath={}", control.socket().display()))
             .args(["-O", "forward", "-L"])
-            .arg(format!("127.0.0.1:{}:127.0.0.1:{remote_port}", local.port()))
+            .arg(format!(
+                "127.0.0.1:{}:127.0.0.1:{remote_port}",
+                local.port()
+            ))
             .arg("--")
             .arg(dest)
             .stdin(Stdio::null())
@@ -88,7 +91,9 @@ pub fn forward(
         if out.status.success() {
             return Ok(local);
         }
-        last = String::from_utf8_lossy(&out.stderr).trim().replace('\n', " ");
+        last = String::from_utf8_lossy(&out.stderr)
+            .trim()
+            .replace('\n', " ");
     }
     Err(anyhow!(
         "ssh {dest}: cannot forward a local port through the ssh connection: {last}"

@@ -75,9 +75,17 @@ impl Sshd {
     fn network(&self, host_ip: &str) {
         let peer = format!("{}p", self.veth);
         must("ip", &["netns", "add", &self.ns]);
-        must("ip", &["link", "add", &self.veth, "type", "veth", "peer", "name", &peer]);
+        must(
+            "ip",
+            &[
+                "link", "add", &self.veth, "type", "veth", "peer", "name", &peer,
+            ],
+        );
         must("ip", &["link", "set", &peer, "netns", &self.ns]);
-        must("ip", &["addr", "add", &format!("{host_ip}/30"), "dev", &self.veth]);
+        must(
+            "ip",
+            &["addr", "add", &format!("{host_ip}/30"), "dev", &self.veth],
+        );
         must("ip", &["link", "set", &self.veth, "up"]);
         let inside = |args: &[&str]| {
             let mut full = vec!["netns", "exec", &self.ns, "ip"];
@@ -98,8 +106,11 @@ impl Sshd {
         std::fs::copy(self.path("id.pub"), self.path("authorized_keys")).expect("copying a key");
         let host_pub = std::fs::read_to_string(self.path("host.pub")).expect("the host key");
         let key: Vec<&str> = host_pub.split_whitespace().take(2).collect();
-        std::fs::write(self.path("known_hosts"), format!("{} {}\n", self.ip, key.join(" ")))
-            .expect("writing known_hosts");
+        std::fs::write(
+            self.path("known_hosts"),
+            format!("{} {}\n", self.ip, key.join(" ")),
+        )
+        .expect("writing known_hosts");
         std::fs::write(self.path("empty_known_hosts"), "").expect("writing known_hosts");
         let config = format!(
             "ListenAddress {ip}:22\nHostKey {host}\nAuthorizedKeysFile {auth}\n\
@@ -119,7 +130,15 @@ impl Sshd {
         let _ = std::fs::create_dir_all("/run/sshd");
         let log = std::fs::File::create(self.path("sshd.log")).expect("a log file");
         let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "/usr/sbin/sshd", "-D", "-e", "-f"])
+            .args([
+                "netns",
+                "exec",
+                &self.ns,
+                "/usr/sbin/sshd",
+                "-D",
+                "-e",
+                "-f",
+            ])
             .arg(self.path("sshd_config"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -130,7 +149,11 @@ impl Sshd {
         let addr: SocketAddr = format!("{}:22", self.ip).parse().expect("an address");
         let deadline = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(Instant::now() < deadline, "sshd never listened: {}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "sshd never listened: {}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -198,7 +221,10 @@ impl Sshd {
     pub fn throttle(&self, rate: &str) {
         must(
             "tc",
-            &["qdisc", "add", "dev", &self.veth, "root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"],
+            &[
+                "qdisc", "add", "dev", &self.veth, "root", "tbf", "rate", rate, "burst", "32kbit",
+                "latency", "400ms",
+            ],
         );
     }
 }
@@ -212,7 +238,9 @@ impl Drop for Sshd {
         // Whatever sshd started in the namespace dies with its processes' parent; the
         // veth pair goes with the namespace.
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).output();
-        let _ = Command::new("ip").args(["link", "del", &self.veth]).output();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.veth])
+            .output();
     }
 }
 
