@@ -32,6 +32,8 @@ pub struct FarSide {
     child: Child,
     stdin: Option<ChildStdin>,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// The thread reading ssh's stderr (ends when ssh's stderr closes).
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
     dest: String,
     ready: Ready,
     connect: SocketAddr,
@@ -59,7 +61,7 @@ impl FarSide {
         let mut child = cmd
             .spawn()
             .map_err(|e| anyhow!("cannot run the remote shell {:?}: {e}", words[0]))?;
-        let stderr = collect_stderr(&mut child);
+        let (stderr, stderr_reader) = collect_stderr(&mut child);
         let mut stdin = child.stdin.take();
         if let Some(s) = stdin.as_mut() {
             // A far side that is already gone shows up as the missing ready line.
@@ -71,6 +73,7 @@ impl FarSide {
             child,
             stdin,
             stderr,
+            stderr_reader,
             dest: target.dest.clone(),
             ready: Ready {
                 addr: SocketAddr::from(([0, 0, 0, 0], 0)),
@@ -144,6 +147,7 @@ impl FarSide {
             Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                 let status = wait_for(&mut self.child, EXIT_WAIT);
                 let code = status.and_then(|s| s.code());
+                self.await_stderr();
                 let last = self.last_line();
                 Err(failure(
                     &self.dest,
@@ -158,6 +162,17 @@ impl FarSide {
                 self.dest,
                 wait.as_secs()
             )),
+        }
+    }
+
+    /// Lets the stderr reader take in ssh's last lines (it ends at EOF, once ssh and
+    /// whatever it started are gone; a bounded wait).
+    fn await_stderr(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        if let Some(t) = self.stderr_reader.take() {
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
     }
 
@@ -258,11 +273,17 @@ fn far_message(line: Option<&str>) -> String {
 }
 
 /// Keeps the last lines of the child's stderr, read on a thread of its own.
-fn collect_stderr(child: &mut Child) -> Arc<Mutex<VecDeque<String>>> {
+fn collect_stderr(
+    child: &mut Child,
+) -> (
+    Arc<Mutex<VecDeque<String>>>,
+    Option<std::thread::JoinHandle<()>>,
+) {
     let lines = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_LINES)));
+    let mut reader = None;
     if let Some(err) = child.stderr.take() {
         let keep = Arc::clone(&lines);
-        std::thread::spawn(move || {
+        reader = Some(std::thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
                 tracing::debug!("far side: {line}");
                 let mut l = keep
@@ -273,9 +294,9 @@ fn collect_stderr(child: &mut Child) -> Arc<Mutex<VecDeque<String>>> {
                 }
                 l.push_back(line);
             }
-        });
+        }));
     }
-    lines
+    (lines, reader)
 }
 
 /// The child's first stdout line (at most [`READY_LINE_MAX`] bytes), or `None` at EOF,
