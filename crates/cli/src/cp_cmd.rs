@@ -299,14 +299,11 @@ impl CpArgs {
 /// Runs `sluice cp`.
 pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
     let mut cfg = args.copy_config()?;
-    // `[user@]host:path`: a far side started over ssh; `cfg` then names its address.
+    // `[user@]host:path`: a far side started over ssh, logging in while this side plans.
     let far_job = crate::ssh::far_job(&args.job);
-    let far = crate::ssh::start_for(&mut cfg, &args.ssh, args.token_file.is_some(), &far_job)?;
-    // TLS (connected to the TLS trust at merge): the far side's certificate fingerprint
-    // from its ready line, to pin as this copy's trust; `None` until the far side has TLS.
-    let fingerprint: Option<String> = far.as_ref().and_then(|f| f.fingerprint().map(String::from));
-    tracing::debug!("far side's certificate fingerprint: {fingerprint:?}");
-    let side = if matches!(cfg.dest, Endpoint::Remote { .. }) {
+    let starting = crate::ssh::begin(&cfg, &args.ssh, args.token_file.is_some(), &far_job)?;
+    let pushes = starting.as_ref().map(crate::ssh::Starting::pushes);
+    let side = if pushes.unwrap_or(matches!(cfg.dest, Endpoint::Remote { .. })) {
         Side::Send
     } else {
         Side::Recv
@@ -318,6 +315,12 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
         ..args.job.clone()
     };
     let runtime = runtime_for(&job, "this", side)?;
+    // `cfg` now names the far side's address.
+    let far = starting.map(|s| s.ready(&mut cfg, &args.ssh)).transpose()?;
+    // TLS (connected to the TLS trust at merge): the far side's certificate fingerprint
+    // from its ready line, to pin as this copy's trust; `None` until the far side has TLS.
+    let fingerprint: Option<String> = far.as_ref().and_then(|f| f.fingerprint().map(String::from));
+    tracing::debug!("far side's certificate fingerprint: {fingerprint:?}");
     let stats = Arc::new(Stats::new());
     let progress = (!args.json && std::io::stderr().is_terminal()).then(|| spawn_progress(&stats));
     let result = copy(&cfg, &runtime, &stats);

@@ -95,19 +95,29 @@ fn ssh_endpoint(cfg: &CopyConfig) -> Result<Option<(Way, SshTarget)>> {
     }
 }
 
-/// Starts the far side when `cfg` names a `[user@]host:path` endpoint, and rewrites
-/// that endpoint into the address the far side listens on, with the session's fresh
-/// secret as `cfg`'s token. `far_job` are the job flags the far side plans with.
+/// A far side being started over ssh, for the one `[user@]host:path` endpoint of a
+/// copy.
+#[derive(Debug)]
+pub struct Starting {
+    far: FarSide,
+    way: Way,
+    /// The session's path under the far side's root.
+    path: String,
+    token: Token,
+}
+
+/// Starts the far side when `cfg` names a `[user@]host:path` endpoint (ssh logs in
+/// while this side plans; [`Starting::ready`] waits for it). `far_job` are the job
+/// flags the far side plans with.
 ///
 /// # Errors
-/// Bad endpoints or flags (exit 2), or the far side could not be started (one line:
-/// ssh's own message, a missing far binary, the far side's refusal).
-pub fn start_for(
-    cfg: &mut CopyConfig,
+/// Bad endpoints or flags (exit 2), or ssh cannot be run.
+pub fn begin(
+    cfg: &CopyConfig,
     args: &SshArgs,
     has_token_file: bool,
     far_job: &[String],
-) -> Result<Option<FarSide>> {
+) -> Result<Option<Starting>> {
     let Some((way, target)) = ssh_endpoint(cfg)? else {
         return Ok(None);
     };
@@ -118,18 +128,41 @@ pub fn start_for(
     }
     let secret = hex(&sluice_engine::session::random::<32>()?);
     let token = Token::new(secret.clone().into_bytes()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let far = FarSide::start(&target, way, args, far_job, &secret)?;
+    let far = FarSide::spawn(&target, way, args, far_job, &secret)?;
     let (_, path) = split_remote_path(&target.path);
-    let remote = Endpoint::Remote {
-        addr: far.connect_to().to_string(),
+    Ok(Some(Starting {
+        far,
+        way,
         path,
-    };
-    match way {
-        Way::Push => cfg.dest = remote,
-        Way::Pull => cfg.sources = vec![remote],
+        token,
+    }))
+}
+
+impl Starting {
+    /// Whether this side sends (the far side receives).
+    pub fn pushes(&self) -> bool {
+        self.way == Way::Push
     }
-    cfg.token = Some(token);
-    Ok(Some(far))
+
+    /// Waits for the far side to be ready, then rewrites the `[user@]host:path`
+    /// endpoint of `cfg` into the address to connect to, with the session's fresh
+    /// secret as `cfg`'s token.
+    ///
+    /// # Errors
+    /// One line: ssh's own failure, a missing far binary, or the far side's refusal.
+    pub fn ready(mut self, cfg: &mut CopyConfig, args: &SshArgs) -> Result<FarSide> {
+        self.far.ready(&args.sluice_path)?;
+        let remote = Endpoint::Remote {
+            addr: self.far.connect_to().to_string(),
+            path: self.path,
+        };
+        match self.way {
+            Way::Push => cfg.dest = remote,
+            Way::Pull => cfg.sources = vec![remote],
+        }
+        cfg.token = Some(self.token);
+        Ok(self.far)
+    }
 }
 
 /// The job flags the far side plans with: the copy's own (streams, threads, chunk and

@@ -25,7 +25,7 @@ const STDERR_LINES: usize = 16;
 /// The longest ready line read.
 const READY_LINE_MAX: u64 = 4096;
 
-/// A far side that printed its ready line. Dropping it closes ssh's stdin (the far
+/// A far side started over ssh (ready once [`FarSide::ready`] returned). Dropping it closes ssh's stdin (the far
 /// side exits at once if its session has not ended) and reaps ssh.
 #[derive(Debug)]
 pub struct FarSide {
@@ -39,15 +39,19 @@ pub struct FarSide {
     connect: SocketAddr,
     /// With `--via-ssh`: the ssh control master's private directory.
     control: Option<Control>,
+    /// The remote shell's words (`--rsh`).
+    words: Vec<String>,
 }
 
 impl FarSide {
-    /// Runs ssh to start the far side for `target`, hands it `secret`, and waits for
-    /// its ready line (with `--via-ssh`, then forwards a local port to it).
+    /// Runs ssh to start the far side for `target` and hands it `secret`; [`ready`]
+    /// then waits for it (this side plans and allocates its own pools meanwhile).
     ///
     /// # Errors
-    /// One line: ssh's own failure, a missing far binary, or the far side's refusal.
-    pub fn start(
+    /// A bad `--rsh`, or ssh cannot be run.
+    ///
+    /// [`ready`]: FarSide::ready
+    pub fn spawn(
         target: &SshTarget,
         way: Way,
         args: &SshArgs,
@@ -69,29 +73,38 @@ impl FarSide {
                 .write_all(format!("{secret}\n").as_bytes())
                 .and_then(|()| s.flush());
         }
-        let mut far = FarSide {
+        let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
+        Ok(FarSide {
             child,
             stdin,
             stderr,
             stderr_reader,
             dest: target.dest.clone(),
             ready: Ready {
-                addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+                addr: nowhere,
                 fingerprint: None,
             },
-            connect: SocketAddr::from(([0, 0, 0, 0], 0)),
-            control: None,
+            connect: nowhere,
+            // Kept here: the directory goes only after ssh has exited.
+            control,
+            words,
+        })
+    }
+
+    /// Waits for the far side's ready line (with `--via-ssh`, then forwards a local
+    /// port to it): [`FarSide::connect_to`] is then where to connect.
+    ///
+    /// # Errors
+    /// One line: ssh's own failure, a missing far binary, or the far side's refusal.
+    pub fn ready(&mut self, sluice_path: &str) -> Result<()> {
+        self.ready = self.await_ready(sluice_path)?;
+        tracing::info!("far side ready: {}", self.ready.line());
+        let port = self.ready.addr.port();
+        self.connect = match &self.control {
+            Some(c) => tunnel::forward(&self.words, c, &self.dest, port)?,
+            None => self.ready.addr,
         };
-        far.ready = far.await_ready(&args.sluice_path)?;
-        tracing::info!("far side ready: {}", far.ready.line());
-        // Kept in `far` first: the directory goes only after ssh has exited.
-        far.control = control;
-        let port = far.ready.addr.port();
-        far.connect = match &far.control {
-            Some(c) => tunnel::forward(&words, c, &far.dest, port)?,
-            None => far.ready.addr,
-        };
-        Ok(far)
+        Ok(())
     }
 
     /// Where the copy connects: the far side's address, or the local end of the
