@@ -277,8 +277,16 @@ fn killing_the_client_ends_the_far_side_and_leaves_no_final_name() {
 /// Starts the far side by hand over ssh (`oneshot push DIR/x`, waiting `wait` seconds
 /// for a client), hands it a secret and returns it once it said it is ready.
 fn far_side_by_hand(sshd: &Sshd, dir: &Path, wait: u32) -> ChildGuard {
+    far_side_by_hand_with(sshd, dir, wait, "").0
+}
+
+/// [`far_side_by_hand`] with `extra` flags; also returns its ready line.
+fn far_side_by_hand_with(sshd: &Sshd, dir: &Path, wait: u32, extra: &str) -> (ChildGuard, String) {
     let dst = dir.join("x");
-    let command = format!("{BIN} oneshot push --wait {wait} -- '{}'", dst.display());
+    let command = format!(
+        "{BIN} oneshot push --wait {wait} {extra} -- '{}'",
+        dst.display()
+    );
     let mut far = ChildGuard(sshd.spawn_ssh(&command));
     let mut stdin = far.0.stdin.take().unwrap();
     stdin
@@ -294,7 +302,7 @@ fn far_side_by_hand(sshd: &Sshd, dir: &Path, wait: u32) -> ChildGuard {
         sshd.log()
     );
     far.0.stdin = Some(stdin);
-    far
+    (far, line)
 }
 
 fn exits_within(child: &mut ChildGuard, limit: Duration) -> Option<std::process::ExitStatus> {
