@@ -14,7 +14,7 @@ use crate::fs::{EntryKind, Root};
 use crate::net::accept;
 use crate::options::{ServerSide, SessionOptions};
 use crate::runtime::Runtime;
-use crate::session::{self, run_role, source_start, Connections, DestMap, Role};
+use crate::session::{self, run_role, source_start, Connections, DestMap, Role, HANDSHAKE_TIMEOUT};
 use crate::source::ScanSpec;
 use crate::stats::{Stats, Summary};
 use crate::transport::{self, FrameReader, FrameWriter};
@@ -111,7 +111,7 @@ fn first_session(
     let mut last = None;
     for _ in 0..MAX_ATTEMPTS {
         let stream = accept_before(listener, deadline, "the client's control connection")?;
-        match handshake(stream, &cfg.token) {
+        match handshake(stream, &cfg.token, deadline) {
             Ok(done) => return Ok(done),
             Err(e) => {
                 tracing::warn!("a connection failed the handshake: {e}");
@@ -122,11 +122,21 @@ fn first_session(
     Err(last.unwrap_or_else(|| EngineError::Config("no client connected".into())))
 }
 
+/// The server handshake on `stream`, each read bounded by what is left until
+/// `deadline` (a connection that says nothing cannot hold the one session's place
+/// beyond it).
 fn handshake(
     stream: TcpStream,
     token: &Token,
+    deadline: Instant,
 ) -> Result<(FrameReader, FrameWriter, Established), EngineError> {
     let (mut reader, mut writer) = accept::incoming(stream)?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    reader
+        .set_timeout(Some(
+            left.clamp(Duration::from_millis(100), HANDSHAKE_TIMEOUT),
+        ))
+        .map_err(|e| EngineError::io("setting a timeout", e))?;
     let hello = match accept::read_first(&mut reader, &mut writer)? {
         Some(hello @ Frame::Hello(_)) => hello,
         other => {
