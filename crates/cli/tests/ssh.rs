@@ -513,3 +513,64 @@ fn start_up_latency_against_rsync() {
     let (s, r) = (median(&mut sluice), median(&mut rsync));
     println!("start-up latency, 1 file of 64 KiB over ssh (median of 5): sluice {:.0} ms, rsync -e ssh {:.0} ms ({bin}; runs: sluice {sluice:.3?} rsync {rsync:.3?})", s * 1e3, r * 1e3);
 }
+
+#[test]
+fn the_far_side_outlives_a_wrong_key_serves_one_session_and_exits() {
+    let Some(sshd) = Sshd::start() else { return };
+    let (far, src) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (mut child, line) = far_side_by_hand_with(&sshd, far.path(), 60, "");
+    let port = line
+        .split("port=")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap();
+    let url = |path: &str| format!("sluice://{}:{port}/{path}", sshd.ip);
+    let file = src.path().join("f.bin");
+    write(&file, &data(300_000, 7));
+    let (wrong, right) = (src.path().join("wrong"), src.path().join("right"));
+    write(&wrong, b"not the session key\n");
+    write(&right, b"0123456789abcdef0123456789abcdef\n");
+    let f = file.to_str().unwrap();
+    let out = cp(
+        &["--token-file", wrong.to_str().unwrap(), f, &url("x")],
+        None,
+    );
+    assert_ne!(out.code, Some(0), "a wrong key is refused: {out:?}");
+    // Another path than the one it was started for is refused.
+    let out = cp(
+        &["--token-file", right.to_str().unwrap(), f, &url("other")],
+        None,
+    );
+    assert!(
+        out.stderr
+            .contains("is not the path this server was started for"),
+        "{out:?}"
+    );
+    assert!(empty_dir(far.path()), "nothing written");
+    assert!(
+        exits_within(&mut child, Duration::from_secs(20)).is_some(),
+        "it served its one session"
+    );
+    // A fresh far side: the right key and path work, once.
+    let (mut child, line) = far_side_by_hand_with(&sshd, far.path(), 60, "");
+    let port = line
+        .split("port=")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap();
+    let url = format!("sluice://{}:{port}/x", sshd.ip);
+    let out = cp(&["--token-file", wrong.to_str().unwrap(), f, &url], None);
+    assert_ne!(out.code, Some(0), "{out:?}");
+    let out = cp(&["--token-file", right.to_str().unwrap(), f, &url], None);
+    assert_eq!(
+        out.code,
+        Some(0),
+        "the right key after a wrong one: {out:?}"
+    );
+    same_file(&file, &far.path().join("x"));
+    let status = exits_within(&mut child, Duration::from_secs(20));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "it exits after its one session: {status:?}"
+    );
+}
