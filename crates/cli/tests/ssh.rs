@@ -219,6 +219,18 @@ fn processes_with(words: &[&str]) -> Vec<String> {
 
 #[test]
 fn killing_the_client_ends_the_far_side_and_leaves_no_final_name() {
+    killed_mid_transfer(&[]);
+}
+
+#[test]
+fn killing_the_client_ends_a_far_side_reached_via_ssh() {
+    killed_mid_transfer(&["--via-ssh"]);
+}
+
+/// Kills (SIGKILL) a client pushing a file over a slow link with `extra` flags once
+/// the far side writes the partial; the far side must be gone within seconds and
+/// nothing be under the final name.
+fn killed_mid_transfer(extra: &[&str]) {
     let Some(sshd) = Sshd::start() else { return };
     sshd.throttle("16mbit");
     let (src, far) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -228,6 +240,7 @@ fn killing_the_client_ends_the_far_side_and_leaves_no_final_name() {
     let rsh = sshd.rsh();
     let mut args = vec!["cp"];
     args.extend(SMALL);
+    args.extend(extra);
     let dest = format!("{}:{}", sshd.dest(), dst.display());
     args.extend([
         "-e",
@@ -238,8 +251,10 @@ fn killing_the_client_ends_the_far_side_and_leaves_no_final_name() {
         &dest,
     ]);
     let mut child = Command::new(BIN);
+    // A killed client cannot remove its ssh control directory: keep it in the test's.
     child
         .args(&args)
+        .env("TMPDIR", src.path())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
