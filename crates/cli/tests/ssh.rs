@@ -287,6 +287,15 @@ fn killed_mid_transfer(extra: &[&str]) {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(!dst.exists(), "nothing under the final name");
+    // What arrived is kept for --resume, which finishes the file.
+    sshd.unthrottle();
+    let mut again = vec!["--resume"];
+    again.extend(extra);
+    again.extend([file.to_str().unwrap(), dest.as_str()]);
+    let out = ssh_cp(&sshd, &again, None);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stdout.contains("resumed: "), "{}", out.stdout);
+    same_file(&file, &dst);
 }
 
 /// Starts the far side by hand over ssh (`oneshot push DIR/x`, waiting `wait` seconds

@@ -229,6 +229,13 @@ impl Sshd {
     }
 }
 
+impl Sshd {
+    /// Lifts [`Sshd::throttle`].
+    pub fn unthrottle(&self) {
+        must("tc", &["qdisc", "del", "dev", &self.veth, "root"]);
+    }
+}
+
 impl Drop for Sshd {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
