@@ -520,7 +520,15 @@ fn start_up_latency_against_rsync() {
         assert_eq!(out.code, Some(0), "{program} {args:?}: {out:?}");
         started.elapsed().as_secs_f64()
     };
-    let (mut sluice, mut rsync) = (Vec::new(), Vec::new());
+    let (mut sluice, mut rsync, mut login) = (Vec::new(), Vec::new(), Vec::new());
+    let mut ssh_true: Vec<String> = rsh.split_whitespace().map(String::from).collect();
+    ssh_true.extend([
+        "-o".into(),
+        "BatchMode=yes".into(),
+        sshd.dest(),
+        "true".into(),
+    ]);
+    let ssh_true: Vec<&str> = ssh_true.iter().map(String::as_str).collect();
     for i in 0..5 {
         let dest = |tool: &str| format!("{}:{}/{tool}{i}.bin", sshd.dest(), far.path().display());
         let f = file.to_str().unwrap();
@@ -529,13 +537,17 @@ fn start_up_latency_against_rsync() {
             &["cp", "-e", &rsh, "--sluice-path", &bin, f, &dest("s")],
         ));
         rsync.push(time("rsync", &["-e", &rsh, f, &dest("r")]));
+        login.push(time(ssh_true[0], &ssh_true[1..]));
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        v[v.len() / 2] * 1e3
     };
-    let (s, r) = (median(&mut sluice), median(&mut rsync));
-    println!("start-up latency, 1 file of 64 KiB over ssh (median of 5): sluice {:.0} ms, rsync -e ssh {:.0} ms ({bin}; runs: sluice {sluice:.3?} rsync {rsync:.3?})", s * 1e3, r * 1e3);
+    let (s, r, l) = (median(&mut sluice), median(&mut rsync), median(&mut login));
+    println!(
+        "start-up latency, 1 file of 64 KiB over ssh (median of 5, ms): sluice {s:.0}, rsync -e ssh {r:.0}, \
+         ssh HOST true {l:.0} ({bin}; runs in s: sluice {sluice:.3?} rsync {rsync:.3?} ssh {login:.3?})"
+    );
 }
 
 #[test]
