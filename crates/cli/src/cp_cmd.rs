@@ -43,7 +43,8 @@ impl From<PipelineArg> for Pipeline {
 /// Arguments of `sluice cp`.
 #[derive(Debug, Args)]
 pub struct CpArgs {
-    /// Sources then destination: local paths or `sluice://HOST[:PORT]/PATH`. A trailing
+    /// Sources then destination: local paths, `sluice://HOST[:PORT]/PATH`, or
+    /// `[user@]host:path` (started over ssh, as scp and rsync do). A trailing
     /// '/' on a source directory copies its contents; a destination that is an existing
     /// directory (or ends with '/') receives the sources under their own names.
     #[arg(value_name = "SRC... DST", num_args = 2.., required = true)]
@@ -91,6 +92,8 @@ pub struct CpArgs {
     /// File holding the shared secret of the daemon.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub ssh: crate::ssh::SshArgs,
 }
 
 /// Arguments of `sluice serve`.
@@ -136,7 +139,7 @@ pub fn read_token(path: &PathBuf) -> Result<Token> {
 }
 
 /// Plans and allocates this process's runtime (pools sized once, here).
-fn runtime_for(job: &JobArgs, topology: &str, side: Side) -> Result<Arc<Runtime>> {
+pub(crate) fn runtime_for(job: &JobArgs, topology: &str, side: Side) -> Result<Arc<Runtime>> {
     runtime_on(&load_machine(topology)?, job, topology, side)
 }
 
@@ -312,8 +315,12 @@ impl CpArgs {
 
 /// Runs `sluice cp`.
 pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
-    let cfg = args.copy_config()?;
-    let side = if matches!(cfg.dest, Endpoint::Remote { .. }) {
+    let mut cfg = args.copy_config()?;
+    // `[user@]host:path`: a far side started over ssh, logging in while this side plans.
+    let far_job = crate::ssh::far_job(&args.job);
+    let starting = crate::ssh::begin(&cfg, &args.ssh, args.token_file.is_some(), &far_job)?;
+    let pushes = starting.as_ref().map(crate::ssh::Starting::pushes);
+    let side = if pushes.unwrap_or(matches!(cfg.dest, Endpoint::Remote { .. })) {
         Side::Send
     } else {
         Side::Recv
@@ -325,6 +332,12 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
         ..args.job.clone()
     };
     let runtime = runtime_for(&job, "this", side)?;
+    // `cfg` now names the far side's address.
+    let far = starting.map(|s| s.ready(&mut cfg, &args.ssh)).transpose()?;
+    // TLS (connected to the TLS trust at merge): the far side's certificate fingerprint
+    // from its ready line, to pin as this copy's trust; `None` until the far side has TLS.
+    let fingerprint: Option<String> = far.as_ref().and_then(|f| f.fingerprint().map(String::from));
+    tracing::debug!("far side's certificate fingerprint: {fingerprint:?}");
     let stats = Arc::new(Stats::new());
     let progress = (!args.json && std::io::stderr().is_terminal()).then(|| spawn_progress(&stats));
     let result = copy(&cfg, &runtime, &stats);
@@ -333,6 +346,9 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
         bar.finish_and_clear();
     }
     result.map_err(|e| copy_error(e, cfg.opts.resume))?;
+    if let Some(far) = far {
+        far.finish();
+    }
     let summary = stats.summary(runtime.plan());
     if args.json {
         let _ = crate::output::stdout(&(serde_json::to_string(&summary)? + "\n"));

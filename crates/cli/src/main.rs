@@ -14,7 +14,10 @@ mod exit;
 mod gen_cmd;
 mod output;
 mod plan_cmd;
+mod remote;
+mod remote_end;
 mod serve_args;
+mod ssh;
 mod stream_cmd;
 mod svg;
 mod topo_cmd;
@@ -50,6 +53,9 @@ enum Command {
     Gen(gen_cmd::GenArgs),
     /// Send or receive a live byte stream, in order (a detector's output).
     Stream(stream_cmd::StreamArgs),
+    /// The far side of `sluice cp [user@]host:path`, started over ssh: one session.
+    #[command(hide = true)]
+    Oneshot(remote_end::OneShotArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -63,6 +69,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(args) => demo_cmd::run(args),
         Command::Gen(args) => gen_cmd::run(args),
         Command::Stream(args) => stream_cmd::run(args),
+        Command::Oneshot(args) => remote_end::run(args),
     };
     match result {
         Ok(code) => code.into(),

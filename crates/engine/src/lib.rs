@@ -6,6 +6,8 @@
 //!
 //! * [`daemon::serve`] accepts sessions under a confined root.
 //! * [`client::copy`] pushes or pulls files, trees and lots of small files.
+//! * [`oneshot::serve_one`] serves exactly one session: the far side `sluice cp` starts
+//!   over ssh.
 //! * [`session`] runs one side of a session once its connections are up (the same for
 //!   both drivers) and holds the path rules of both sides; [`source`] and [`sink`] are
 //!   its two halves, identical for push and pull; [`runtime::Runtime`] holds the plan's
@@ -29,6 +31,7 @@ mod fault;
 pub mod fs;
 pub mod guard;
 pub mod net;
+pub mod oneshot;
 pub mod options;
 pub mod pipeline;
 mod readahead;

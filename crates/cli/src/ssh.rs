@@ -1,0 +1,185 @@
+//! `sluice cp` over ssh, the client's side: runs the system OpenSSH client (so
+//! `~/.ssh/config`, agents and jump hosts apply) to start a one-shot `sluice` on the far
+//! side (`remote_end`), hands it the session's secret on ssh's stdin, reads its ready
+//! line, and tells the copy where to connect. Closing ssh's stdin (this process ending,
+//! even by SIGKILL) is what ends the far side.
+
+mod far;
+mod tunnel;
+
+use crate::exit::bad_input;
+use crate::remote::{parse_scp, split_remote_path, SshTarget};
+use anyhow::Result;
+use clap::Args;
+use sluice_engine::client::{CopyConfig, Endpoint};
+use sluice_wire::Token;
+
+pub use far::FarSide;
+
+/// The flags of `sluice cp` for `[user@]host:path` endpoints.
+#[derive(Debug, Clone, Args)]
+pub struct SshArgs {
+    /// The remote shell that starts the far side for `[user@]host:path` endpoints, like
+    /// rsync's -e: e.g. "ssh -p 2222 -i KEY -o ...". Runs without prompting
+    /// (BatchMode) unless stdin is a terminal.
+    #[arg(
+        short = 'e',
+        long = "rsh",
+        value_name = "CMD",
+        env = "SLUICE_RSH",
+        default_value = "ssh"
+    )]
+    pub rsh: String,
+    /// The far side's sluice binary (like rsync's --rsync-path), if it is not `sluice`
+    /// on the remote PATH.
+    #[arg(long, value_name = "PATH", default_value = "sluice")]
+    pub sluice_path: String,
+    /// Carry the data and control connections through the ssh connection (when only
+    /// port 22 is open): the far side listens on its loopback only.
+    #[arg(long)]
+    pub via_ssh: bool,
+}
+
+/// Which way the far side moves data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    /// The far side receives.
+    Push,
+    /// The far side sends.
+    Pull,
+}
+
+impl Way {
+    /// The word the far side's command line takes.
+    pub fn word(self) -> &'static str {
+        match self {
+            Way::Push => "push",
+            Way::Pull => "pull",
+        }
+    }
+}
+
+/// The one `[user@]host:path` endpoint of `cfg`, if any, and which way it goes. Every
+/// `[user@]host:path` was parsed as a local path by [`Endpoint::parse`].
+///
+/// # Errors
+/// Several remote sources, both sides remote, or ssh and `sluice://` mixed.
+fn ssh_endpoint(cfg: &CopyConfig) -> Result<Option<(Way, SshTarget)>> {
+    let scp = |e: &Endpoint| match e {
+        Endpoint::Local(s) => parse_scp(s),
+        Endpoint::Remote { .. } => None,
+    };
+    let dest = scp(&cfg.dest).transpose().map_err(bad_input)?;
+    let mut sources = Vec::new();
+    for s in &cfg.sources {
+        sources.extend(scp(s).transpose().map_err(bad_input)?);
+    }
+    let daemon = std::iter::once(&cfg.dest)
+        .chain(&cfg.sources)
+        .any(|e| matches!(e, Endpoint::Remote { .. }));
+    if (dest.is_some() || !sources.is_empty()) && daemon {
+        return Err(bad_input(
+            "[user@]host:path and sluice:// endpoints cannot be mixed in one copy",
+        ));
+    }
+    match (dest, sources.len()) {
+        (Some(_), n) if n > 0 => Err(bad_input(
+            "both sides are remote: give one [user@]host:path side and one local side",
+        )),
+        (Some(t), _) => Ok(Some((Way::Push, t))),
+        (None, 0) => Ok(None),
+        (None, 1) => Ok(sources.pop().map(|t| (Way::Pull, t))),
+        (None, _) => Err(bad_input(
+            "give one [user@]host:path source per copy (several remote sources need one command each)",
+        )),
+    }
+}
+
+/// A far side being started over ssh, for the one `[user@]host:path` endpoint of a
+/// copy.
+#[derive(Debug)]
+pub struct Starting {
+    far: FarSide,
+    way: Way,
+    /// The session's path under the far side's root.
+    path: String,
+    token: Token,
+}
+
+/// Starts the far side when `cfg` names a `[user@]host:path` endpoint (ssh logs in
+/// while this side plans; [`Starting::ready`] waits for it). `far_job` are the job
+/// flags the far side plans with.
+///
+/// # Errors
+/// Bad endpoints or flags (exit 2), or ssh cannot be run.
+pub fn begin(
+    cfg: &CopyConfig,
+    args: &SshArgs,
+    has_token_file: bool,
+    far_job: &[String],
+) -> Result<Option<Starting>> {
+    let Some((way, target)) = ssh_endpoint(cfg)? else {
+        return Ok(None);
+    };
+    if has_token_file {
+        return Err(bad_input(
+            "--token-file is for sluice:// daemons: over ssh each copy makes its own session key",
+        ));
+    }
+    let secret = hex(&sluice_engine::session::random::<32>()?);
+    let token = Token::new(secret.clone().into_bytes()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let far = FarSide::spawn(&target, way, args, far_job, &secret)?;
+    let (_, path) = split_remote_path(&target.path);
+    Ok(Some(Starting {
+        far,
+        way,
+        path,
+        token,
+    }))
+}
+
+impl Starting {
+    /// Whether this side sends (the far side receives).
+    pub fn pushes(&self) -> bool {
+        self.way == Way::Push
+    }
+
+    /// Waits for the far side to be ready, then rewrites the `[user@]host:path`
+    /// endpoint of `cfg` into the address to connect to, with the session's fresh
+    /// secret as `cfg`'s token.
+    ///
+    /// # Errors
+    /// One line: ssh's own failure, a missing far binary, or the far side's refusal.
+    pub fn ready(mut self, cfg: &mut CopyConfig, args: &SshArgs) -> Result<FarSide> {
+        self.far.ready(&args.sluice_path)?;
+        let remote = Endpoint::Remote {
+            addr: self.far.connect_to().to_string(),
+            path: self.path,
+        };
+        match self.way {
+            Way::Push => cfg.dest = remote,
+            Way::Pull => cfg.sources = vec![remote],
+        }
+        cfg.token = Some(self.token);
+        Ok(self.far)
+    }
+}
+
+/// The job flags the far side plans with: the copy's own (streams, threads, chunk and
+/// buffer sizes), so both ends plan for the same session.
+pub fn far_job(job: &crate::plan_cmd::JobArgs) -> Vec<String> {
+    vec![
+        format!("--streams={}", job.streams),
+        format!("--io-threads={}", job.io_threads),
+        format!("--read-depth={}", job.read_depth),
+        format!("--chunk-size={}", job.chunk_size),
+        format!("--buffer-mem={}", job.buffer_mem),
+    ]
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests;
