@@ -14,6 +14,7 @@ use crate::runtime::Runtime;
 use crate::session::{self, run_role, source_start, Connections, DestMap, Role, HANDSHAKE_TIMEOUT};
 use crate::source::ScanSpec;
 use crate::stats::Stats;
+use crate::thirdparty::deliver;
 use crate::transport::{self, FrameReader, FrameWriter};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_placement::Role as PlanRole;
@@ -249,6 +250,9 @@ impl Daemon {
         let opts = SessionOptions::served(&open.options, self.server_side(), chunk_acks);
         // The path is checked before anything is allocated or created.
         let role = self.role_for(&open)?;
+        if open.direction == Direction::Deliver {
+            return self.deliver(role, opts, reader, writer, told);
+        }
         let accept = accept::new_accept(opts.streams, opts.chunk_bytes)?;
         let stats = Arc::new(Stats::new());
         let sends = open.direction == Direction::Pull;
@@ -278,6 +282,48 @@ impl Daemon {
         result
     }
 
+    /// A third-party copy's source: dials the daemon named by the client's `Delegate`,
+    /// joins its session, confirms with `Accept`, and sends over those connections
+    /// while the client relays the control frames.
+    fn deliver(
+        &self,
+        role: Role,
+        mut opts: SessionOptions,
+        reader: &mut FrameReader,
+        writer: &mut FrameWriter,
+        told: &Cell<bool>,
+    ) -> Result<(), EngineError> {
+        let delegate = deliver::read_delegate(reader)?;
+        deliver::check(&delegate, self.cfg.runtime.chunk_bytes())?;
+        opts.streams = delegate.streams();
+        opts.chunk_bytes = delegate.chunk_bytes;
+        let stats = Arc::new(Stats::new());
+        let what = format!("delivery to session {}", delegate.session_id);
+        session::state_threads_beyond_plan(&self.cfg.runtime, &opts, true, &stats, &what);
+        let data = deliver::dial(&delegate)?;
+        let accept = accept::new_accept(opts.streams, opts.chunk_bytes)?;
+        // Only `Accept`: its data connections go elsewhere, so no `Addresses` follows.
+        writer.send(&Frame::Accept(accept))?;
+        let _ = reader.set_timeout(None);
+        let conns = Connections {
+            reader: std::mem::replace(reader, FrameReader::new(writer.stream_clone()?)),
+            control_stream: writer.stream_clone()?,
+            data,
+        };
+        told.set(true);
+        let runtime = &self.cfg.runtime;
+        let result = run_role(role, runtime, &opts, opts.chunk_bytes, conns, &stats);
+        let s = stats.summary(runtime.plan());
+        tracing::info!(
+            "{what} done: {} files, {} bytes in {:.2} s, {} failed",
+            s.files,
+            s.bytes,
+            s.seconds,
+            s.files_failed
+        );
+        result
+    }
+
     /// What the daemon decides for every session.
     fn server_side(&self) -> ServerSide {
         ServerSide {
@@ -292,7 +338,7 @@ impl Daemon {
     fn role_for(&self, open: &Open) -> Result<Role, EngineError> {
         match open.direction {
             Direction::Push => self.sink_role(&open.path),
-            Direction::Pull => self.source_role(&open.path),
+            Direction::Pull | Direction::Deliver => self.source_role(&open.path),
         }
     }
 
@@ -376,7 +422,7 @@ impl Daemon {
         let runtime = &self.cfg.runtime;
         let net_role = match direction {
             Direction::Push => PlanRole::NetRecv,
-            Direction::Pull => PlanRole::NetSend,
+            Direction::Pull | Direction::Deliver => PlanRole::NetSend,
         };
         let plan = runtime.plan();
         stream_addresses(

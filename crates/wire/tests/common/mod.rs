@@ -241,27 +241,29 @@ pub fn arb_frame() -> impl Strategy<Value = Frame> {
             prop::option::of(any::<[u8; 32]>()),
             prop::collection::vec((any::<std::net::IpAddr>(), 1u16..), 32),
         )
-            .prop_map(|(session_id, join_key, channels, spc, chunk_bytes, fp, addrs)| {
-                let streams = usize::from(channels * spc);
-                Frame::Delegate(Delegate {
-                    session_id,
-                    join_key,
-                    channels,
-                    streams_per_channel: spc,
-                    chunk_bytes,
-                    tls: fp.is_some(),
-                    fingerprint: fp.unwrap_or([0; 32]),
-                    targets: addrs
-                        .into_iter()
-                        .take(streams)
-                        .enumerate()
-                        .map(|(i, (ip, port))| StreamAddress {
-                            stream_index: u16::try_from(i).unwrap(),
-                            addr: std::net::SocketAddr::new(ip, port),
-                        })
-                        .collect(),
-                })
-            }),
+            .prop_map(
+                |(session_id, join_key, channels, spc, chunk_bytes, fp, addrs)| {
+                    let streams = usize::from(channels * spc);
+                    Frame::Delegate(Delegate {
+                        session_id,
+                        join_key,
+                        channels,
+                        streams_per_channel: spc,
+                        chunk_bytes,
+                        tls: fp.is_some(),
+                        fingerprint: fp.unwrap_or([0; 32]),
+                        targets: addrs
+                            .into_iter()
+                            .take(streams)
+                            .enumerate()
+                            .map(|(i, (ip, port))| StreamAddress {
+                                stream_index: u16::try_from(i).unwrap(),
+                                addr: std::net::SocketAddr::new(ip, port),
+                            })
+                            .collect(),
+                    })
+                }
+            ),
         (
             any::<u64>(),
             any::<[u8; 32]>(),
