@@ -39,7 +39,9 @@ fn snapshot(dir: &Path) -> BTreeMap<String, (bool, Vec<u8>, u32, i64)> {
 fn make_tree(root: &Path) {
     std::fs::create_dir_all(root.join("a/b/c")).expect("mkdir");
     std::fs::write(root.join("empty"), b"").expect("write");
-    let big: Vec<u8> = (0..3_500_000u32).map(|i| (i * 7 % 251).to_le_bytes()[0]).collect();
+    let big: Vec<u8> = (0..3_500_000u32)
+        .map(|i| (i * 7 % 251).to_le_bytes()[0])
+        .collect();
     std::fs::write(root.join("a/big.bin"), &big).expect("write");
     for i in 0..40 {
         std::fs::write(root.join(format!("a/b/c/f{i}.txt")), format!("file {i}\n")).expect("w");
