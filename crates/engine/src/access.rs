@@ -15,7 +15,7 @@ use std::sync::Arc;
 pub(crate) fn role_for(root: &Arc<Root>, open: &Open) -> Result<Role, EngineError> {
     match open.direction {
         Direction::Push => sink_role(root, &open.path),
-        Direction::Pull => source_role(root, &open.path),
+        Direction::Pull | Direction::Deliver => source_role(root, &open.path),
     }
 }
 
@@ -72,6 +72,7 @@ pub(crate) fn allowed(account: &Account, direction: Direction) -> Result<(), Eng
     let (op, right) = match direction {
         Direction::Push => ("push to", "write"),
         Direction::Pull => ("pull from", "read"),
+        Direction::Deliver => ("copy from", "read"),
     };
     Err(EngineError::Refused {
         code: ErrorCode::PermissionDenied,

@@ -101,6 +101,7 @@ pub fn op_name(direction: Direction) -> &'static str {
     match direction {
         Direction::Push => "push",
         Direction::Pull => "pull",
+        Direction::Deliver => "deliver",
     }
 }
 

@@ -141,6 +141,7 @@ pub fn copy(cfg: &CopyConfig, runtime: &Arc<Runtime>, stats: &Arc<Stats>) -> Res
         .all(|s| matches!(s, Endpoint::Remote { .. }));
     match (&cfg.dest, all_local, all_remote) {
         (Endpoint::Remote { addr, path }, true, _) => push(cfg, addr, path, runtime, stats),
+        (Endpoint::Remote { addr, path }, _, true) => third_party(cfg, addr, path, stats),
         (Endpoint::Local(dst), _, true) => pull(cfg, dst, runtime, stats),
         (Endpoint::Local(_), true, _) => Err(UsageError(
             "both sides are local: sluice moves data between hosts; use a sluice:// URL for one side".into(),
@@ -149,6 +150,37 @@ pub fn copy(cfg: &CopyConfig, runtime: &Arc<Runtime>, stats: &Arc<Stats>) -> Res
             "sources must be all local (push) or all remote (pull), and the destination the other kind".into(),
         ).into()),
     }
+}
+
+/// Copies the one remote source to `path` on the daemon at `addr`, daemon to daemon
+/// ([`crate::thirdparty`]): the payload does not pass through this host.
+fn third_party(
+    cfg: &CopyConfig,
+    addr: &str,
+    path: &str,
+    stats: &Arc<Stats>,
+) -> Result<(), CopyError> {
+    let [Endpoint::Remote {
+        addr: src_addr,
+        path: src_path,
+    }] = &cfg.sources[..]
+    else {
+        return Err(
+            UsageError("a copy between two daemons takes exactly one source".into()).into(),
+        );
+    };
+    let party = |addr: &str, path: &str| crate::thirdparty::Party {
+        addr: addr.to_string(),
+        path: path.to_string(),
+        token: cfg.token.clone(),
+    };
+    crate::thirdparty::copy(
+        &party(src_addr, src_path),
+        &party(addr, path),
+        &cfg.opts,
+        stats,
+    )?;
+    Ok(())
 }
 
 /// Pushes every (local) source to `path` on the daemon at `addr`, in one session.

@@ -20,6 +20,7 @@ use crate::runtime::Runtime;
 use crate::session::{run_role, Connections, HANDSHAKE_TIMEOUT};
 pub use crate::shared::Shared;
 use crate::stats::Stats;
+use crate::thirdparty::deliver;
 use crate::transport::{self, FrameReader, FrameWriter};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_placement::Role as PlanRole;
@@ -428,13 +429,21 @@ impl Daemon {
         rec: &mut Record,
     ) -> Result<(), EngineError> {
         let chunk_acks = est.capabilities.contains(Capabilities::CHUNK_ACKS);
-        let opts = SessionOptions::served(&open.options, self.server_side(), chunk_acks);
+        let mut opts = SessionOptions::served(&open.options, self.server_side(), chunk_acks);
         // The path is checked before anything is allocated or created.
         let role = role_for(&account.root, open)?;
+        // A third-party copy's source takes the destination's session from `Delegate`.
+        let delegate = match open.direction {
+            Direction::Deliver => Some(self.delegate(reader, &mut opts)?),
+            Direction::Push | Direction::Pull => None,
+        };
         let accept = accept::new_accept(opts.streams, opts.chunk_bytes)?;
         let stats = Arc::new(Stats::new());
-        let sends = open.direction == Direction::Pull;
-        let what = format!("session {}", accept.session_id);
+        let sends = open.direction != Direction::Push;
+        let what = match &delegate {
+            Some(d) => format!("delivery to session {}", d.session_id),
+            None => format!("session {}", accept.session_id),
+        };
         crate::session::state_threads_beyond_plan(&self.cfg.runtime, &opts, sends, &stats, &what);
         let about = describe(&what, rec);
         let watched = self.dog.watch(
@@ -442,7 +451,15 @@ impl Daemon {
             vec![writer.stream_clone()?],
             crate::guard::idle_timeout(self.guard.limits(), sends, chunk_acks),
         );
-        let data = self.gather(est, &accept, open.direction, reader.peer(), writer)?;
+        let data = match &delegate {
+            Some(d) => {
+                let data = deliver::dial(d)?;
+                // Only `Accept`: the data connections went elsewhere, no `Addresses`.
+                writer.send(&Frame::Accept(accept.clone()))?;
+                data
+            }
+            None => self.gather(est, &accept, open.direction, reader.peer(), writer)?,
+        };
         watched.add(data.iter().filter_map(|d| d.try_clone().ok()).collect());
         let _ = reader.set_timeout(None);
         let conns = Connections {
@@ -471,8 +488,7 @@ impl Daemon {
             _ => None,
         };
         tracing::info!(
-            "session {} done: {} files, {} bytes in {:.2} s, {} failed, io {}",
-            accept.session_id,
+            "{what} done: {} files, {} bytes in {:.2} s, {} failed, io {}",
             s.files,
             s.bytes,
             s.seconds,
@@ -480,6 +496,20 @@ impl Daemon {
             s.io_mode
         );
         result
+    }
+
+    /// The `Delegate` that follows `Open { direction: Deliver }`, checked, with the
+    /// destination's session shape taken into `opts`.
+    fn delegate(
+        &self,
+        reader: &mut FrameReader,
+        opts: &mut SessionOptions,
+    ) -> Result<sluice_wire::Delegate, EngineError> {
+        let delegate = deliver::read_delegate(reader)?;
+        deliver::check(&delegate, self.cfg.runtime.chunk_bytes())?;
+        opts.streams = delegate.streams();
+        opts.chunk_bytes = delegate.chunk_bytes;
+        Ok(delegate)
     }
 
     /// What the daemon decides for every session.
@@ -525,7 +555,7 @@ impl Daemon {
         let runtime = &self.cfg.runtime;
         let net_role = match direction {
             Direction::Push => PlanRole::NetRecv,
-            Direction::Pull => PlanRole::NetSend,
+            Direction::Pull | Direction::Deliver => PlanRole::NetSend,
         };
         let plan = runtime.plan();
         stream_addresses(

@@ -45,6 +45,7 @@ pub mod stats;
 pub mod stream;
 #[cfg(test)]
 mod testing;
+pub mod thirdparty;
 
 /// The network layer's modules at their former paths (`crate::transport`,
 /// `crate::control`).

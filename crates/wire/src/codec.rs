@@ -14,9 +14,9 @@
 
 use crate::error::DecodeError;
 use crate::limits::{
-    ADDRESS_ENTRY_MAX_BYTES, CHUNK_FIXED_BODY_BYTES, FRAME_HEADER_BYTES, MAX_CONTROL_BODY_BYTES,
-    MAX_HAVE_BITMAP_BYTES, MAX_HELLO_BODY_BYTES, MAX_MESSAGE_BYTES, MAX_PACK_SEGMENTS,
-    MAX_PATH_BYTES, MAX_STREAMS, SEGMENT_BYTES,
+    ADDRESS_ENTRY_MAX_BYTES, CHUNK_FIXED_BODY_BYTES, DELEGATE_FIXED_BODY_BYTES, FRAME_HEADER_BYTES,
+    MAX_CONTROL_BODY_BYTES, MAX_HAVE_BITMAP_BYTES, MAX_HELLO_BODY_BYTES, MAX_MESSAGE_BYTES,
+    MAX_PACK_SEGMENTS, MAX_PATH_BYTES, MAX_STREAMS, SEGMENT_BYTES,
 };
 
 /// A value with a wire encoding (after quinn-proto's `coding::Codec`).
@@ -89,6 +89,10 @@ frame_types! {
     Accept = 0x11, 48, 48;
     /// Server → client, right after `Accept`: where each data connection should go.
     Addresses = 0x12, 2, 2 + MAX_STREAMS as usize * ADDRESS_ENTRY_MAX_BYTES;
+    /// Client → source daemon, right after `Open { direction: Deliver }`: the capability
+    /// to join another daemon's session (a third-party copy).
+    Delegate = 0x13, DELEGATE_FIXED_BODY_BYTES + 2,
+        DELEGATE_FIXED_BODY_BYTES + 2 + MAX_STREAMS as usize * ADDRESS_ENTRY_MAX_BYTES;
     /// Client → server, first frame of a data connection.
     Join = 0x20, 44, 44;
     /// Server → client, accepts a data connection.

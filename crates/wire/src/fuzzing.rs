@@ -44,6 +44,7 @@ pub fn frame(data: &[u8]) {
     let _ = Open::decode(data).map(|(o, _)| o.target());
     let _ = Accept::decode(data);
     let _ = Addresses::decode(data);
+    let _ = Delegate::decode(data);
     let _ = Join::decode(data);
     let _ = Joined::decode(data);
     let _ = ChunkAck::decode(data);

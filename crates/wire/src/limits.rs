@@ -51,6 +51,10 @@ pub const MAX_CHANNELS: u16 = 64;
 /// Bytes of the largest `Addresses` entry: stream u16, family u8, IPv6 \[16\], port u16.
 pub const ADDRESS_ENTRY_MAX_BYTES: usize = 21;
 
+/// Bytes of `Delegate`'s fields before its address list: session id u64, join key
+/// \[32\], channels u16, streams per channel u16, chunk bytes u32, flags u8,
+/// fingerprint \[32\].
+pub const DELEGATE_FIXED_BODY_BYTES: usize = 8 + 32 + 2 + 2 + 4 + 1 + 32;
 /// Bytes of the fixed part of a chunk frame body (after the common header).
 pub const CHUNK_FIXED_BODY_BYTES: usize = 36;
 /// Bytes of one packed-chunk segment: file_id u64, len u32.

@@ -265,6 +265,58 @@ fn addresses_are_bounded_ordered_and_well_formed() {
     invalid(mk(1, &[entry(0, 4, &[1, 2, 3, 4], 0)]), "Addresses.port");
 }
 
+#[test]
+fn a_delegate_names_every_stream_once_and_its_flags_and_key_are_checked() {
+    let target = |stream: u16| {
+        let mut b = stream.to_le_bytes().to_vec();
+        b.push(4);
+        b.extend_from_slice(&[10, 0, 0, 2]);
+        b.extend_from_slice(&7878u16.to_le_bytes());
+        b
+    };
+    let mk = |channels: u16, spc: u16, flags: u8, fp: u8, streams: &[u16]| {
+        let mut b = 9u64.to_le_bytes().to_vec();
+        b.extend_from_slice(&[7; 32]);
+        b.extend_from_slice(&channels.to_le_bytes());
+        b.extend_from_slice(&spc.to_le_bytes());
+        b.extend_from_slice(&(4u32 << 20).to_le_bytes());
+        b.push(flags);
+        b.extend_from_slice(&[fp; 32]);
+        b.extend_from_slice(&u16::try_from(streams.len()).unwrap().to_le_bytes());
+        for s in streams {
+            b.extend_from_slice(&target(*s));
+        }
+        raw_frame(FrameType::Delegate, 0, &b)
+    };
+    let (ok, _) = Frame::decode(&mk(1, 2, DELEGATE_TLS, 3, &[0, 1])).unwrap();
+    let Frame::Delegate(d) = ok else {
+        panic!("{ok:?}")
+    };
+    assert_eq!((d.streams(), d.tls, d.fingerprint), (2, true, [3; 32]));
+    assert!(
+        !format!("{d:?}").contains("7, 7"),
+        "the join key is redacted in Debug"
+    );
+    let invalid = |bytes: Vec<u8>, field: &str| {
+        let e = Frame::decode(&bytes).unwrap_err();
+        assert!(
+            matches!(&e, DecodeError::InvalidValue { field: f, .. } if *f == field),
+            "{field}: {e:?}"
+        );
+    };
+    // A stream without a target, one named twice, or one too many.
+    invalid(mk(1, 2, 0, 0, &[0]), "Delegate.count");
+    invalid(mk(1, 2, 0, 0, &[0, 0]), "Delegate.stream_index");
+    invalid(mk(1, 2, 0, 0, &[0, 2]), "Delegate.count");
+    invalid(mk(1, 1, 0, 0, &[0, 1]), "Delegate.count");
+    invalid(mk(0, 1, 0, 0, &[]), "Delegate.channels");
+    invalid(mk(1, 0, 0, 0, &[]), "Delegate.streams_per_channel");
+    invalid(mk(64, 5, 0, 0, &[]), "Delegate.streams_per_channel");
+    invalid(mk(1, 1, 0x02, 0, &[0]), "Delegate.flags");
+    // A fingerprint without TLS would pin nothing: not canonical, refused.
+    invalid(mk(1, 1, 0, 1, &[0]), "Delegate.fingerprint");
+}
+
 fn chunk_bytes_raw(raw_len: u32, wire_len: u32, segments: u16, flags: u8, table: usize) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend_from_slice(&1u64.to_le_bytes());

@@ -25,6 +25,7 @@ fn typed(frame: &Frame, bytes: &[u8]) -> (Frame, usize) {
         Frame::Open(_) => d::<Open>(bytes),
         Frame::Accept(_) => d::<Accept>(bytes),
         Frame::Addresses(_) => d::<Addresses>(bytes),
+        Frame::Delegate(_) => d::<Delegate>(bytes),
         Frame::Join(_) => d::<Join>(bytes),
         Frame::Joined(_) => d::<Joined>(bytes),
         Frame::Chunk(_) => d::<Chunk>(bytes),

@@ -43,10 +43,11 @@ impl Rights {
         write: true,
     };
 
-    /// Whether these rights allow `direction` (a pull reads, a push writes).
+    /// Whether these rights allow `direction` (a pull and a third-party copy's source
+    /// read, a push writes).
     pub fn allow(self, direction: Direction) -> bool {
         match direction {
-            Direction::Pull => self.read,
+            Direction::Pull | Direction::Deliver => self.read,
             Direction::Push => self.write,
         }
     }

@@ -63,7 +63,7 @@ pub fn open_session(addrs: &str, token: Option<Token>, open: Open) -> Result<Ope
 }
 
 /// Opens the control connection to `addr` and runs the client handshake on it.
-fn connect_control(
+pub(crate) fn connect_control(
     addr: &str,
     token: Option<Token>,
 ) -> Result<(FrameReader, FrameWriter, Established), EngineError> {
@@ -86,7 +86,7 @@ fn offer_direct(mut open: Open, est: &Established, addr: &str) -> Open {
 
 /// The daemon's `Accept`, and the `Addresses` that follow it where both sides
 /// understand them.
-fn read_accept(
+pub(crate) fn read_accept(
     reader: &mut FrameReader,
     est: &Established,
     addr: &str,
@@ -108,7 +108,7 @@ fn read_accept(
 
 /// Joins data connection `i` (already connected to `addr`) to the session, reading
 /// exactly the daemon's answer: on a pull, chunks may follow it at once.
-fn join_data(
+pub(crate) fn join_data(
     s: TcpStream,
     addr: &str,
     accept: &Accept,
@@ -146,7 +146,7 @@ fn join_data(
 
 /// The next frame on the control connection, taken by `want` (which hands back any
 /// other frame): the peer's `Error` is its refusal, another frame is out of place.
-fn expect<T>(
+pub(crate) fn expect<T>(
     reader: &mut FrameReader,
     peer: &str,
     what: &str,

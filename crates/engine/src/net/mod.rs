@@ -9,11 +9,15 @@
 //! * [`handshake`]: the client and server handshake drivers, OS randomness.
 //! * [`connect`]: the client side of opening a session (`open_session`).
 //! * [`accept`]: the server side, shared by the daemon and the stream receiver.
+//! * [`tcp`]: `TCP_INFO`, the congestion control per socket, socket buffers.
+//! * [`path`]: socket buffers sized to the path's bandwidth-delay product (pure).
 
 pub mod accept;
 pub mod connect;
 pub mod control;
 pub mod handshake;
+pub mod path;
+pub mod tcp;
 pub mod transport;
 
 #[cfg(test)]

@@ -466,6 +466,7 @@ mod answer;
 mod rules;
 
 pub use action::{ChunkKey, Report, Resend, SourceAction, SourceError, Waiting};
+pub use rules::sink_keeps;
 
 #[cfg(test)]
 mod tests;

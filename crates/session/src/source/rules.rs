@@ -59,6 +59,16 @@ pub(super) fn decide(entry: &FileEntry, state: HaveState, chunk_bytes: u32) -> D
     }
 }
 
+/// Whether the source keeps the sink's copy of `entry` when the sink answers `state`:
+/// the file is then skipped, and no `FileDone` will come for it. (A relay that watches
+/// a session from outside, as a third-party client does, applies the same rule.)
+pub fn sink_keeps(entry: &FileEntry, state: &HaveState) -> bool {
+    matches!(
+        decide(entry, state.clone(), sluice_wire::MIN_CHUNK_BYTES),
+        Decision::Skipped
+    )
+}
+
 /// Bytes of a file of `size` the sink holds in `chunks`: whole chunks, less what the
 /// last one lacks if it is held.
 pub(super) fn held_bytes(size: u64, chunk_bytes: u32, chunks: &ChunkSet) -> u64 {

@@ -343,6 +343,22 @@ fn complete_or_skip_ends_the_file_and_another_version_is_sent_whole() {
 }
 
 #[test]
+fn sink_keeps_says_what_the_core_decides_for_an_answer() {
+    // The rule a relay applies from outside agrees with the core's own decisions above.
+    let complete = |size, mtime_ns| HaveState::Complete {
+        size,
+        mtime_ns,
+        digest: [0; 16],
+    };
+    let f = file(1, 10);
+    assert!(super::sink_keeps(&f, &complete(10, MTIME)));
+    assert!(!super::sink_keeps(&f, &complete(11, MTIME)));
+    assert!(!super::sink_keeps(&f, &complete(10, MTIME + 1)));
+    assert!(super::sink_keeps(&f, &HaveState::Skip(SkipReason::Exists)));
+    assert!(!super::sink_keeps(&f, &HaveState::Missing));
+}
+
+#[test]
 fn a_failed_file_is_cancelled_and_reported_once() {
     let mut c = core(false);
     scan(&mut c, vec![file(1, 5 << 20)]);

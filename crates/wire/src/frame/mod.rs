@@ -4,11 +4,13 @@
 //! and the body, its `decode` expects that type and consumes exactly one frame.
 //! [`Frame::decode`] accepts any type.
 
+mod delegate;
 mod flow;
 mod handshake;
 mod manifest;
 mod session;
 
+pub use delegate::{Delegate, DELEGATE_TLS};
 pub use flow::{
     ChunkAck, ChunkNack, Close, CloseAck, CloseReason, ErrorFrame, FileDone, FileFailed,
 };
@@ -77,6 +79,7 @@ body_codec!(
     Open,
     Accept,
     Addresses,
+    Delegate,
     Join,
     Joined,
     Manifest,
@@ -108,6 +111,8 @@ pub enum Frame {
     Accept(Accept),
     /// See [`Addresses`].
     Addresses(Addresses),
+    /// See [`Delegate`].
+    Delegate(Delegate),
     /// See [`Join`].
     Join(Join),
     /// See [`Joined`].
@@ -147,6 +152,7 @@ impl Frame {
             Frame::Open(_) => FrameType::Open,
             Frame::Accept(_) => FrameType::Accept,
             Frame::Addresses(_) => FrameType::Addresses,
+            Frame::Delegate(_) => FrameType::Delegate,
             Frame::Join(_) => FrameType::Join,
             Frame::Joined(_) => FrameType::Joined,
             Frame::Chunk(_) => FrameType::Chunk,
@@ -180,6 +186,7 @@ impl Frame {
             FrameType::Open => Frame::Open(decode_body(body)?),
             FrameType::Accept => Frame::Accept(decode_body(body)?),
             FrameType::Addresses => Frame::Addresses(decode_body(body)?),
+            FrameType::Delegate => Frame::Delegate(decode_body(body)?),
             FrameType::Join => Frame::Join(decode_body(body)?),
             FrameType::Joined => Frame::Joined(decode_body(body)?),
             FrameType::Chunk => Frame::Chunk(Chunk::decode_body(header, body, max_chunk_bytes)?),
@@ -208,6 +215,7 @@ impl Codec for Frame {
             Frame::Open(f) => f.encode(out),
             Frame::Accept(f) => f.encode(out),
             Frame::Addresses(f) => f.encode(out),
+            Frame::Delegate(f) => f.encode(out),
             Frame::Join(f) => f.encode(out),
             Frame::Joined(f) => f.encode(out),
             Frame::Chunk(f) => f.encode(out),
@@ -246,6 +254,7 @@ frame_from!(
     Open,
     Accept,
     Addresses,
+    Delegate,
     Join,
     Joined,
     Chunk,

@@ -1,5 +1,5 @@
 //! Session frames: `Open`, `Accept`, `Addresses` (control connection), `Join`, `Joined`
-//! (data connections).
+//! (data connections). `Delegate` (third-party copies) is in its own module.
 
 use super::Body;
 use crate::codec::{bitflags_type, FrameType, Put, Reader};
@@ -16,6 +16,10 @@ pub enum Direction {
     Push = 0,
     /// The daemon is the source, the client the sink (`sluice cp host:path local`).
     Pull = 1,
+    /// The daemon is the source and delivers to another daemon, named by the
+    /// `Delegate` frame that follows (a third-party copy; the client relays the control
+    /// frames and no payload passes through it).
+    Deliver = 2,
 }
 
 /// How chunk payloads may be compressed.
@@ -160,6 +164,7 @@ impl Body for Open {
         let direction = match r.u8("Open.direction")? {
             0 => Direction::Push,
             1 => Direction::Pull,
+            2 => Direction::Deliver,
             v => {
                 return Err(DecodeError::InvalidValue {
                     field: "Open.direction",
@@ -333,67 +338,109 @@ impl Body for Addresses {
     const TYPE: FrameType = FrameType::Addresses;
 
     fn encode_body(&self, out: &mut Vec<u8>) {
-        out.put_u16(u16::try_from(self.entries.len()).unwrap_or(u16::MAX));
-        for e in &self.entries {
-            out.put_u16(e.stream_index);
-            match e.addr.ip() {
-                IpAddr::V4(ip) => {
-                    out.push(4);
-                    out.extend_from_slice(&ip.octets());
-                }
-                IpAddr::V6(ip) => {
-                    out.push(6);
-                    out.extend_from_slice(&ip.octets());
-                }
-            }
-            out.put_u16(e.addr.port());
-        }
+        encode_addresses(&self.entries, out);
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        let count = r.u16("Addresses.count")?;
-        crate::codec::check_limit("Addresses.count", count.into(), MAX_STREAMS.into())?;
-        // Room for what the body can hold (an entry takes at least 9 bytes), not for
-        // what `count` claims: a lying count allocates nothing the bytes do not back.
-        const MIN_ENTRY_BYTES: usize = 2 + 1 + 4 + 2;
-        let mut entries =
-            Vec::with_capacity(usize::from(count).min(r.remaining() / MIN_ENTRY_BYTES));
-        for _ in 0..count {
-            let stream_index = r.u16("Addresses.stream_index")?;
-            if stream_index >= MAX_STREAMS
-                || entries
-                    .last()
-                    .is_some_and(|p: &StreamAddress| p.stream_index >= stream_index)
-            {
-                return Err(DecodeError::InvalidValue {
-                    field: "Addresses.stream_index",
-                    value: stream_index.into(),
-                });
+        Ok(Addresses {
+            entries: decode_addresses(r, &ADDRESSES_FIELDS)?,
+        })
+    }
+}
+
+/// Appends an `Addresses` body: `count u16`, then the entries.
+pub(crate) fn encode_addresses(entries: &[StreamAddress], out: &mut Vec<u8>) {
+    out.put_u16(u16::try_from(entries.len()).unwrap_or(u16::MAX));
+    for e in entries {
+        out.put_u16(e.stream_index);
+        match e.addr.ip() {
+            IpAddr::V4(ip) => {
+                out.push(4);
+                out.extend_from_slice(&ip.octets());
             }
-            let ip = match r.u8("Addresses.family")? {
-                4 => IpAddr::V4(Ipv4Addr::from(r.array::<4>("Addresses.ip")?)),
-                6 => IpAddr::V6(Ipv6Addr::from(r.array::<16>("Addresses.ip")?)),
-                v => {
-                    return Err(DecodeError::InvalidValue {
-                        field: "Addresses.family",
-                        value: v.into(),
-                    })
-                }
-            };
-            let port = r.u16("Addresses.port")?;
-            if port == 0 {
-                return Err(DecodeError::InvalidValue {
-                    field: "Addresses.port",
-                    value: 0,
-                });
+            IpAddr::V6(ip) => {
+                out.push(6);
+                out.extend_from_slice(&ip.octets());
             }
-            entries.push(StreamAddress {
-                stream_index,
-                addr: SocketAddr::new(ip, port),
+        }
+        out.put_u16(e.addr.port());
+    }
+}
+
+/// The field names an address list is reported under, per frame that carries one.
+pub(crate) struct AddressFields {
+    count: &'static str,
+    stream_index: &'static str,
+    family: &'static str,
+    ip: &'static str,
+    port: &'static str,
+}
+
+/// In `Addresses`.
+pub(crate) const ADDRESSES_FIELDS: AddressFields = AddressFields {
+    count: "Addresses.count",
+    stream_index: "Addresses.stream_index",
+    family: "Addresses.family",
+    ip: "Addresses.ip",
+    port: "Addresses.port",
+};
+
+/// In `Delegate`.
+pub(crate) const DELEGATE_FIELDS: AddressFields = AddressFields {
+    count: "Delegate.count",
+    stream_index: "Delegate.stream_index",
+    family: "Delegate.family",
+    ip: "Delegate.ip",
+    port: "Delegate.port",
+};
+
+/// Reads an address list (an `Addresses` body, or the tail of `Delegate`'s): a count
+/// within [`MAX_STREAMS`], stream indexes strictly increasing, family 4 or 6, port not 0.
+pub(crate) fn decode_addresses(
+    r: &mut Reader<'_>,
+    f: &AddressFields,
+) -> Result<Vec<StreamAddress>, DecodeError> {
+    let count = r.u16(f.count)?;
+    crate::codec::check_limit(f.count, count.into(), MAX_STREAMS.into())?;
+    // Room for what the body can hold (an entry takes at least 9 bytes), not for
+    // what `count` claims: a lying count allocates nothing the bytes do not back.
+    const MIN_ENTRY_BYTES: usize = 2 + 1 + 4 + 2;
+    let mut entries = Vec::with_capacity(usize::from(count).min(r.remaining() / MIN_ENTRY_BYTES));
+    for _ in 0..count {
+        let stream_index = r.u16(f.stream_index)?;
+        if stream_index >= MAX_STREAMS
+            || entries
+                .last()
+                .is_some_and(|p: &StreamAddress| p.stream_index >= stream_index)
+        {
+            return Err(DecodeError::InvalidValue {
+                field: f.stream_index,
+                value: stream_index.into(),
             });
         }
-        Ok(Addresses { entries })
+        let ip = match r.u8(f.family)? {
+            4 => IpAddr::V4(Ipv4Addr::from(r.array::<4>(f.ip)?)),
+            6 => IpAddr::V6(Ipv6Addr::from(r.array::<16>(f.ip)?)),
+            v => {
+                return Err(DecodeError::InvalidValue {
+                    field: f.family,
+                    value: v.into(),
+                })
+            }
+        };
+        let port = r.u16(f.port)?;
+        if port == 0 {
+            return Err(DecodeError::InvalidValue {
+                field: f.port,
+                value: 0,
+            });
+        }
+        entries.push(StreamAddress {
+            stream_index,
+            addr: SocketAddr::new(ip, port),
+        });
     }
+    Ok(entries)
 }
 
 /// Client → server, the first frame on a data connection.

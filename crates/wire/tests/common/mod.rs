@@ -173,19 +173,19 @@ pub fn arb_frame() -> impl Strategy<Value = Frame> {
         any::<[u8; 32]>().prop_map(|mac| Frame::AuthProof(AuthProof { mac })),
         any::<[u8; 32]>().prop_map(|mac| Frame::AuthOk(AuthOk { mac })),
         (
-            any::<bool>(),
+            0u8..3,
             "[^\0]{0,64}",
             1u16..=MAX_STREAMS,
             prop_oneof![Just(0u32), arb_chunk_bytes()],
             any::<[bool; 7]>(),
             arb_compression()
         )
-            .prop_map(|(pull, path, streams, chunk_bytes, b, compress)| {
+            .prop_map(|(d, path, streams, chunk_bytes, b, compress)| {
                 Frame::Open(Open {
-                    direction: if pull {
-                        Direction::Pull
-                    } else {
-                        Direction::Push
+                    direction: match d {
+                        0 => Direction::Push,
+                        1 => Direction::Pull,
+                        _ => Direction::Deliver,
                     },
                     path,
                     options: OpenOptions {
@@ -232,6 +232,38 @@ pub fn arb_frame() -> impl Strategy<Value = Frame> {
                 })
                 .collect(),
         })),
+        (
+            any::<u64>(),
+            any::<[u8; 32]>(),
+            1u16..=4,
+            1u16..=8,
+            arb_chunk_bytes(),
+            prop::option::of(any::<[u8; 32]>()),
+            prop::collection::vec((any::<std::net::IpAddr>(), 1u16..), 32),
+        )
+            .prop_map(
+                |(session_id, join_key, channels, spc, chunk_bytes, fp, addrs)| {
+                    let streams = usize::from(channels * spc);
+                    Frame::Delegate(Delegate {
+                        session_id,
+                        join_key,
+                        channels,
+                        streams_per_channel: spc,
+                        chunk_bytes,
+                        tls: fp.is_some(),
+                        fingerprint: fp.unwrap_or([0; 32]),
+                        targets: addrs
+                            .into_iter()
+                            .take(streams)
+                            .enumerate()
+                            .map(|(i, (ip, port))| StreamAddress {
+                                stream_index: u16::try_from(i).unwrap(),
+                                addr: std::net::SocketAddr::new(ip, port),
+                            })
+                            .collect(),
+                    })
+                }
+            ),
         (
             any::<u64>(),
             any::<[u8; 32]>(),

@@ -1,0 +1,91 @@
+//! The source daemon's half of a third-party copy: `Open { direction: Deliver }`, then
+//! `Delegate`; it dials the other daemon, joins every data connection with the
+//! delegated key, answers the client with `Accept`, and runs the source with the
+//! client's control connection (which the client relays to the sink) and the joined
+//! data connections.
+
+use crate::error::EngineError;
+use crate::net::connect::join_data;
+use crate::transport::FrameReader;
+use sluice_wire::{Accept, Delegate, ErrorCode, Frame};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// How long dialling one data connection to the sink may take.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads the `Delegate` that must follow `Open { direction: Deliver }`.
+///
+/// # Errors
+/// Another frame, a close, or a malformed frame.
+pub fn read_delegate(reader: &mut FrameReader) -> Result<Delegate, EngineError> {
+    let state = "waiting for Delegate";
+    match reader.next(state)? {
+        Some(Frame::Delegate(d)) => Ok(d),
+        Some(other) => Err(EngineError::Unexpected {
+            peer: reader.peer().to_string(),
+            got: other.frame_type().name().to_string(),
+            state: state.into(),
+        }),
+        None => Err(EngineError::Disconnected {
+            peer: reader.peer().to_string(),
+            state: state.into(),
+        }),
+    }
+}
+
+/// Checks a delegation against this daemon before anything is dialled: its chunks must
+/// fit this side's slots.
+///
+/// # Errors
+/// [`EngineError::Refused`] naming the mismatch.
+pub fn check(delegate: &Delegate, slot_bytes: u32) -> Result<(), EngineError> {
+    if delegate.chunk_bytes > slot_bytes {
+        return Err(EngineError::Refused {
+            code: ErrorCode::TooLarge,
+            message: format!(
+                "the destination daemon chose {}-byte chunks; this daemon's slots hold {slot_bytes}",
+                delegate.chunk_bytes
+            ),
+        });
+    }
+    debug_assert_eq!(usize::from(delegate.streams()), delegate.targets.len());
+    Ok(())
+}
+
+/// Dials and joins every data connection of the delegated session, in stream order.
+///
+/// # Errors
+/// A target that cannot be reached or refuses the join.
+pub fn dial(delegate: &Delegate) -> Result<Vec<TcpStream>, EngineError> {
+    // The join state machine needs only the session's id and shape from an `Accept`;
+    // the secret stays with the client (the delegated key is what proves the join).
+    let shape = Accept {
+        session_id: delegate.session_id,
+        session_secret: [0; 32],
+        channels: delegate.channels,
+        streams_per_channel: delegate.streams_per_channel,
+        chunk_bytes: delegate.chunk_bytes,
+    };
+    let mut data = Vec::with_capacity(delegate.targets.len());
+    for t in &delegate.targets {
+        let s = TcpStream::connect_timeout(&t.addr, DIAL_TIMEOUT).map_err(|e| {
+            EngineError::io(
+                format!(
+                    "delivering: opening data connection {} to {}",
+                    t.stream_index, t.addr
+                ),
+                e,
+            )
+        })?;
+        let name = t.addr.to_string();
+        data.push(join_data(
+            s,
+            &name,
+            &shape,
+            &delegate.join_key,
+            t.stream_index,
+        )?);
+    }
+    Ok(data)
+}
