@@ -32,7 +32,7 @@ pub struct UpArgs {
     #[arg(long)]
     pub ns_b: String,
     /// One-way delay in milliseconds, each direction (RTT = 2 x this).
-    #[arg(long, default_value = "0")]
+    #[arg(long, default_value = "0", allow_negative_numbers = true)]
     pub delay_ms: f64,
     /// Rate limit per direction and link: none, or a number with bit, kbit, mbit or gbit
     /// (IP bytes count, as tc's tbf counts them), e.g. 1gbit, 500mbit, 2.5gbit.
@@ -40,7 +40,7 @@ pub struct UpArgs {
     pub rate: String,
     /// Tail-drop queue in front of the rate limit, in milliseconds at the rate
     /// (default: one RTT, at least 10 ms).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub queue_ms: Option<f64>,
     /// Random loss per packet on the wire: a fraction (0.001) or a percentage (0.1%).
     #[arg(long, default_value = "0")]
@@ -65,7 +65,7 @@ pub struct UpArgs {
     #[arg(long, default_value = "on")]
     pub offload: String,
     /// Bytes each direction may hold, in MiB (default: sized from rate x (delay + queue),
-    /// 10 Gbit/s assumed without a rate, within 8..1024 MiB). A full ring drops at the tail
+    /// 10 Gbit/s assumed without a rate, within 32..1024 MiB). A full ring drops at the tail
     /// and counts it as ring_full.
     #[arg(long)]
     pub ring_mib: Option<u64>,
@@ -126,7 +126,7 @@ impl UpArgs {
             Some(m) => return Err(format!("--ring-mib {m}: from 1 to 4096")),
             None => {
                 let sizing_bps = if rate_bps > 0 { rate_bps } else { 10_000_000_000 };
-                (bytes_at(sizing_bps, delay_ns + ms_to_ns(queue_ms)) * 3 / 2).clamp(8 * MIB, 1024 * MIB)
+                (bytes_at(sizing_bps, delay_ns + ms_to_ns(queue_ms)) * 3 / 2).clamp(32 * MIB, 1024 * MIB)
             }
         };
         let ring_bytes = usize::try_from(ring_bytes).map_err(|_| "--ring-mib: too large for this machine".to_string())?;
@@ -249,8 +249,10 @@ mod tests {
     #[test]
     fn the_ring_is_bounded() {
         let c = args(&["--delay-ms", "50", "--rate", "1gbit"]).expect("valid");
-        // 1 Gbit/s x (50 ms + 100 ms queue) x 1.5 = 28 MB
-        assert_eq!(c.ring_bytes, 28_125_000);
+        // 1 Gbit/s x (50 ms + 100 ms queue) x 1.5 = 28 MB: the floor of 32 MiB
+        assert_eq!(c.ring_bytes, 32 << 20);
+        let c = args(&["--delay-ms", "50", "--rate", "10gbit"]).expect("valid");
+        assert_eq!(c.ring_bytes, 281_250_000, "10 Gbit/s x 150 ms x 1.5");
         let c = args(&["--delay-ms", "5000"]).expect("valid");
         assert_eq!(c.ring_bytes, 1024 << 20, "capped at 1 GiB per direction");
     }

@@ -77,7 +77,7 @@ pub fn open_in(ns: &str, name: &str, offload: bool) -> Result<Tun> {
     let home = File::open("/proc/thread-self/ns/net").context("cannot open this thread's network namespace")?;
     let there = File::open(Path::new("/run/netns").join(ns)).with_context(|| format!("no namespace {ns}"))?;
     set_ns(there.as_raw_fd()).with_context(|| format!("cannot enter namespace {ns}"))?;
-    let opened = open_here(name, offload);
+    let opened = wait_name_free(name).and_then(|()| open_here(name, offload));
     set_ns(home.as_raw_fd()).context("cannot return to the original network namespace")?;
     opened.with_context(|| format!("cannot open TUN device {name} in namespace {ns}"))
 }
@@ -88,6 +88,20 @@ fn set_ns(fd: RawFd) -> Result<()> {
         return Err(std::io::Error::last_os_error().into());
     }
     Ok(())
+}
+
+/// A device of the same name that a forwarder which just exited left is still being torn
+/// down: wait (up to 3 s) rather than attach to it.
+fn wait_name_free(name: &str) -> Result<()> {
+    let c_name = CString::new(name)?;
+    for _ in 0..300 {
+        // SAFETY: a valid C string; if_nametoindex only looks the name up.
+        if unsafe { libc::if_nametoindex(c_name.as_ptr()) } == 0 {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    bail!("device {name} already exists (is another sluice-delayline joining these namespaces?)")
 }
 
 fn open_here(name: &str, offload: bool) -> Result<Tun> {
