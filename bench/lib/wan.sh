@@ -45,6 +45,7 @@ wan_up() {
     local q=()
     [ -n "${6-}" ] && q=(--queue-ms "$6")
     WAN_LOG=${WAN_TMP:-/tmp}/delayline.$$.out
+    rm -f "$WAN_LOG"  # the old one's "ready" must not be read for the new one's
     "$DELAYLINE" up --ns-a "$WAN_NS_A" --ns-b "$WAN_NS_B" --delay-ms "$1" --rate "$2" --loss "$3" \
         --links "$4" --mtu "$5" --subnet "$WAN_SUBNET" --seed "${WAN_SEED:-1}" "${q[@]}" >"$WAN_LOG" 2>&1 &
     WAN_PID=$!
@@ -77,6 +78,15 @@ wan_cpu_s() {
 # "BITS_PER_SECOND SND_WND_BYTES RTT_US RETRANSMITS" (the window and RTT of the last
 # interval's first stream, from TCP_INFO), or nothing when it failed.
 wan_iperf() {
+    local res try
+    for try in 1 2; do  # a second try when the first produced no result (logged)
+        res=$(_wan_iperf_once "$@") && [ -n "$res" ] && { echo "$res"; return 0; }
+        echo "iperf3 try $try through the delay line gave no result: $(tail -c 300 "${WAN_TMP:-/tmp}/iperf.$$.json" | tr '\n' ' ')" >&2
+    done
+    return 1
+}
+
+_wan_iperf_once() {
     local host=$1 streams=$2 secs=$3 w=() port=$((5201 + RANDOM % 1000)) json
     [ -n "${4-}" ] && w=(-w "$4")
     json=${WAN_TMP:-/tmp}/iperf.$$.json

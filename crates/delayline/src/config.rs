@@ -93,23 +93,35 @@ const MIB: u64 = 1 << 20;
 impl UpArgs {
     /// Checks every flag; the error is one line naming the flag and what was wrong.
     pub fn check(&self) -> Result<Config, String> {
-        let ns_ok = |n: &str| !n.is_empty() && n.len() <= 64 && !n.contains('/') && n != "." && n != "..";
+        let ns_ok =
+            |n: &str| !n.is_empty() && n.len() <= 64 && !n.contains('/') && n != "." && n != "..";
         if !ns_ok(&self.ns_a) || !ns_ok(&self.ns_b) || self.ns_a == self.ns_b {
-            return Err(format!("--ns-a {:?} / --ns-b {:?}: two different namespace names (no '/')", self.ns_a, self.ns_b));
+            return Err(format!(
+                "--ns-a {:?} / --ns-b {:?}: two different namespace names (no '/')",
+                self.ns_a, self.ns_b
+            ));
         }
         if !(0.0..=10_000.0).contains(&self.delay_ms) {
-            return Err(format!("--delay-ms {}: a one-way delay from 0 to 10000 ms", self.delay_ms));
+            return Err(format!(
+                "--delay-ms {}: a one-way delay from 0 to 10000 ms",
+                self.delay_ms
+            ));
         }
-        let rate_bps = parse_rate(&self.rate).map_err(|e| format!("--rate {:?}: {e}", self.rate))?;
+        let rate_bps =
+            parse_rate(&self.rate).map_err(|e| format!("--rate {:?}: {e}", self.rate))?;
         let loss = parse_loss(&self.loss).map_err(|e| format!("--loss {:?}: {e}", self.loss))?;
         if !(576..=65_535).contains(&self.mtu) {
             return Err(format!("--mtu {}: from 576 to 65535", self.mtu));
         }
         let links = if self.two_links { 2 } else { self.links };
         if !(1..=4).contains(&links) || (self.two_links && self.links != 1 && self.links != 2) {
-            return Err(format!("--links {}: from 1 to 4 (--two-links is --links 2)", self.links));
+            return Err(format!(
+                "--links {}: from 1 to 4 (--two-links is --links 2)",
+                self.links
+            ));
         }
-        let subnet = parse_subnet(&self.subnet).ok_or_else(|| format!("--subnet {:?}: two octets such as 10.44", self.subnet))?;
+        let subnet = parse_subnet(&self.subnet)
+            .ok_or_else(|| format!("--subnet {:?}: two octets such as 10.44", self.subnet))?;
         let offload = match self.offload.as_str() {
             "on" => true,
             "off" => false,
@@ -125,11 +137,17 @@ impl UpArgs {
             Some(m) if (1..=4096).contains(&m) => m * MIB,
             Some(m) => return Err(format!("--ring-mib {m}: from 1 to 4096")),
             None => {
-                let sizing_bps = if rate_bps > 0 { rate_bps } else { 10_000_000_000 };
-                (bytes_at(sizing_bps, delay_ns + ms_to_ns(queue_ms)) * 3 / 2).clamp(32 * MIB, 1024 * MIB)
+                let sizing_bps = if rate_bps > 0 {
+                    rate_bps
+                } else {
+                    10_000_000_000
+                };
+                (bytes_at(sizing_bps, delay_ns + ms_to_ns(queue_ms)) * 3 / 2)
+                    .clamp(32 * MIB, 1024 * MIB)
             }
         };
-        let ring_bytes = usize::try_from(ring_bytes).map_err(|_| "--ring-mib: too large for this machine".to_string())?;
+        let ring_bytes = usize::try_from(ring_bytes)
+            .map_err(|_| "--ring-mib: too large for this machine".to_string())?;
         Ok(Config {
             ns_a: self.ns_a.clone(),
             ns_b: self.ns_b.clone(),
@@ -170,7 +188,9 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
         .iter()
         .find_map(|(suf, m)| s.strip_suffix(suf).map(|n| (n, *m)))
         .unwrap_or((s.as_str(), 1.0));
-    let v: f64 = num.parse().map_err(|_| "a rate such as 1gbit, 500mbit or none".to_string())?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| "a rate such as 1gbit, 500mbit or none".to_string())?;
     let bps = v * mult;
     if !(1e5..=1e12).contains(&bps) {
         return Err("from 100kbit to 1000gbit, or none".into());
@@ -187,7 +207,9 @@ pub fn parse_loss(s: &str) -> Result<f64, String> {
         Some(n) => (n, 100.0),
         None => (s, 1.0),
     };
-    let v: f64 = num.parse().map_err(|_| "a fraction such as 0.001 or a percentage such as 0.1%".to_string())?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| "a fraction such as 0.001 or a percentage such as 0.1%".to_string())?;
     let p = v / div;
     if !(0.0..=0.5).contains(&p) {
         return Err("a loss probability from 0 to 0.5 (50%)".into());
@@ -205,7 +227,14 @@ mod tests {
     use super::*;
 
     fn args(extra: &[&str]) -> Result<Config, String> {
-        let mut v = vec!["sluice-delayline", "up", "--ns-a", "wan-a", "--ns-b", "wan-b"];
+        let mut v = vec![
+            "sluice-delayline",
+            "up",
+            "--ns-a",
+            "wan-a",
+            "--ns-b",
+            "wan-b",
+        ];
         v.extend_from_slice(extra);
         let Command::Up(a) = Cli::try_parse_from(v).map_err(|e| e.to_string())?.command;
         a.check()
@@ -227,7 +256,17 @@ mod tests {
 
     #[test]
     fn up_flags_are_checked_with_one_line_each() {
-        let c = args(&["--delay-ms", "25", "--rate", "1gbit", "--loss", "0.001", "--mtu", "9000"]).expect("valid");
+        let c = args(&[
+            "--delay-ms",
+            "25",
+            "--rate",
+            "1gbit",
+            "--loss",
+            "0.001",
+            "--mtu",
+            "9000",
+        ])
+        .expect("valid");
         assert_eq!(c.delay_ns, 25_000_000);
         assert_eq!(c.queue_bytes, 6_250_000, "one RTT (50 ms) at 1 Gbit/s");
         assert_eq!(c.links, 1);

@@ -41,7 +41,10 @@ pub struct Direction {
 
 /// The monotonic clock in ns.
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid timespec to fill.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
@@ -55,7 +58,10 @@ pub fn run(mut d: Direction, stats: &Stats, stop: &AtomicBool) {
     while !stop.load(Relaxed) {
         let now = now_ns();
         send_due(&mut d, stats, now);
-        let wait_ns = d.ring.front().map_or(IDLE_NS, |(due, _)| due.saturating_sub(now).min(IDLE_NS));
+        let wait_ns = d
+            .ring
+            .front()
+            .map_or(IDLE_NS, |(due, _)| due.saturating_sub(now).min(IDLE_NS));
         if wait_ns > 0 && !wait_readable(d.input, wait_ns) {
             continue;
         }
@@ -83,7 +89,11 @@ fn send_due(d: &mut Direction, stats: &Stats, now: u64) {
 
 /// Sleeps until `fd` is readable or `wait_ns` passed; true when readable.
 fn wait_readable(fd: RawFd, wait_ns: u64) -> bool {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     let ts = libc::timespec {
         tv_sec: libc::time_t::try_from(wait_ns / 1_000_000_000).unwrap_or(0),
         tv_nsec: libc::c_long::try_from(wait_ns % 1_000_000_000).unwrap_or(0),
@@ -124,7 +134,9 @@ fn read_burst(d: &mut Direction, stats: &Stats) {
 /// IP bytes on the wire and segments of one packet as read (virtio header first): a TSO
 /// super-packet of n segments counts n headers.
 pub fn wire_size(packet: &[u8]) -> (u64, u32) {
-    let Some(ip) = packet.get(VNET_HDR_BYTES..) else { return (0, 1) };
+    let Some(ip) = packet.get(VNET_HDR_BYTES..) else {
+        return (0, 1);
+    };
     let ip_bytes = ip.len() as u64;
     let gso_type = packet[1] & 0x7f;
     let gso_size = u64::from(u16::from_ne_bytes([packet[4], packet[5]]));
@@ -136,11 +148,16 @@ pub fn wire_size(packet: &[u8]) -> (u64, u32) {
         6 => 40,
         _ => return (ip_bytes, 1),
     };
-    let Some(&offset_byte) = ip.get(ip_hdr + 12) else { return (ip_bytes, 1) };
+    let Some(&offset_byte) = ip.get(ip_hdr + 12) else {
+        return (ip_bytes, 1);
+    };
     let headers = (ip_hdr + usize::from(offset_byte >> 4) * 4) as u64;
     let payload = ip_bytes.saturating_sub(headers);
     let segments = payload.div_ceil(gso_size).max(1);
-    (ip_bytes + (segments - 1) * headers, u32::try_from(segments).unwrap_or(u32::MAX))
+    (
+        ip_bytes + (segments - 1) * headers,
+        u32::try_from(segments).unwrap_or(u32::MAX),
+    )
 }
 
 #[cfg(test)]

@@ -60,19 +60,30 @@ fn up(c: &Config) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     for (i, link) in links.iter().enumerate() {
-        for (j, (from, to)) in [(&link.a, &link.b), (&link.b, &link.a)].into_iter().enumerate() {
+        for (j, (from, to)) in [(&link.a, &link.b), (&link.b, &link.a)]
+            .into_iter()
+            .enumerate()
+        {
             let stream = (i * 2 + j) as u64;
             let d = Direction {
                 input: from.raw(),
                 output: to.raw(),
-                shaper: Shaper::new(c.delay_ns, c.rate_bps, c.queue_bytes, c.loss, c.seed.wrapping_mul(0x1000_0001).wrapping_add(stream)),
+                shaper: Shaper::new(
+                    c.delay_ns,
+                    c.rate_bps,
+                    c.queue_bytes,
+                    c.loss,
+                    c.seed.wrapping_mul(0x1000_0001).wrapping_add(stream),
+                ),
                 ring: Ring::new(c.ring_bytes, PACKET_BYTES_MAX),
                 scratch: vec![0; PACKET_BYTES_MAX],
             };
             let stats = Arc::new(Stats::default());
             let (s, stop) = (Arc::clone(&stats), Arc::clone(&stop));
             let name = format!("dl{}{}", i + 1, if j == 0 { "ab" } else { "ba" });
-            let handle = std::thread::Builder::new().name(name.clone()).spawn(move || forward::run(d, &s, &stop))?;
+            let handle = std::thread::Builder::new()
+                .name(name.clone())
+                .spawn(move || forward::run(d, &s, &stop))?;
             threads.push((name, stats, handle));
         }
     }
@@ -96,14 +107,21 @@ fn open_link(c: &Config, k: u32) -> Result<Link> {
     let (addr_a, addr_b) = (format!("{s0}.{s1}.{k}.1"), format!("{s0}.{s1}.{k}.2"));
     let a = tun::open_in(&c.ns_a, &format!("dla{k}"), c.offload)?;
     let b = tun::open_in(&c.ns_b, &format!("dlb{k}"), c.offload)?;
-    tun::configure(&c.ns_a, &a, c.mtu, &addr_a, &addr_b).with_context(|| format!("link {k}, side A"))?;
-    tun::configure(&c.ns_b, &b, c.mtu, &addr_b, &addr_a).with_context(|| format!("link {k}, side B"))?;
-    Ok(Link { a: Arc::new(a), b: Arc::new(b) })
+    tun::configure(&c.ns_a, &a, c.mtu, &addr_a, &addr_b)
+        .with_context(|| format!("link {k}, side A"))?;
+    tun::configure(&c.ns_b, &b, c.mtu, &addr_b, &addr_a)
+        .with_context(|| format!("link {k}, side B"))?;
+    Ok(Link {
+        a: Arc::new(a),
+        b: Arc::new(b),
+    })
 }
 
 fn ready_line(c: &Config) -> String {
     let (s0, s1) = c.subnet;
-    let links: Vec<String> = (1..=c.links).map(|k| format!("dla{k} {s0}.{s1}.{k}.1 <-> dlb{k} {s0}.{s1}.{k}.2")).collect();
+    let links: Vec<String> = (1..=c.links)
+        .map(|k| format!("dla{k} {s0}.{s1}.{k}.1 <-> dlb{k} {s0}.{s1}.{k}.2"))
+        .collect();
     format!(
         "ready {} <-> {}: {}; one-way delay {} ms, rate {}, queue {} bytes, loss {}, mtu {}, offload {}, ring {} MiB per direction",
         c.ns_a,

@@ -30,7 +30,14 @@ impl Ring {
     pub fn new(capacity_bytes: usize, packet_bytes_max: usize) -> Ring {
         let slot = align8(HEADER_BYTES + packet_bytes_max);
         let capacity = align8(capacity_bytes.max(4 * slot));
-        Ring { buf: vec![0; capacity], packet_bytes_max, head: 0, tail: 0, count: 0, used_bytes: 0 }
+        Ring {
+            buf: vec![0; capacity],
+            packet_bytes_max,
+            head: 0,
+            tail: 0,
+            count: 0,
+            used_bytes: 0,
+        }
     }
 
     #[cfg(test)]
@@ -78,7 +85,10 @@ impl Ring {
 
     /// Keeps the first `len` bytes of the slice `reserve` gave, due at `due_ns`.
     pub fn commit(&mut self, len: usize, due_ns: u64) {
-        assert!(len <= self.packet_bytes_max, "packet of {len} bytes exceeds the ring's slot");
+        assert!(
+            len <= self.packet_bytes_max,
+            "packet of {len} bytes exceeds the ring's slot"
+        );
         let len32 = u32::try_from(len).unwrap_or(WRAP_MARKER - 1);
         self.put_header(self.tail, due_ns, len32);
         let step = align8(HEADER_BYTES + len);
@@ -115,7 +125,10 @@ impl Ring {
         self.count -= 1;
         if self.count == 0 {
             // a wrap left by a reserve that was never committed is all that may remain
-            assert!(self.used_bytes < self.slot_bytes(), "an empty ring holds no packet bytes");
+            assert!(
+                self.used_bytes < self.slot_bytes(),
+                "an empty ring holds no packet bytes"
+            );
             self.head = 0;
             self.tail = 0;
             self.used_bytes = 0;
@@ -160,11 +173,11 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             if x % 3 != 0 {
-                let len = (x >> 8) as usize % 101;
+                let len = usize::try_from((x >> 8) % 101).unwrap_or(0);
                 match ring.reserve() {
                     Some(slot) => {
                         for (i, b) in slot[..len].iter_mut().enumerate() {
-                            *b = (step as usize + i) as u8;
+                            *b = (step + i as u64).to_le_bytes()[0];
                         }
                         let bytes = slot[..len].to_vec();
                         ring.commit(len, step);
@@ -196,6 +209,9 @@ mod tests {
         assert!(n >= 3, "a ring holds at least three largest packets");
         ring.pop();
         ring.pop();
-        assert!(ring.reserve().is_some(), "space freed at the head is reused");
+        assert!(
+            ring.reserve().is_some(),
+            "space freed at the head is reused"
+        );
     }
 }

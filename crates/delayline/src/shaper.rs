@@ -48,7 +48,14 @@ impl Shaper {
     /// `rate_bps == 0`: no rate limit (and no queue). `loss`: per wire segment, in [0, 1).
     pub fn new(delay_ns: u64, rate_bps: u64, queue_bytes: u64, loss: f64, seed: u64) -> Shaper {
         assert!((0.0..1.0).contains(&loss), "loss is a probability below 1");
-        Shaper { delay_ns, rate_bps, queue_bytes, loss, rng: Rng::new(seed), link_free_ns: 0 }
+        Shaper {
+            delay_ns,
+            rate_bps,
+            queue_bytes,
+            loss,
+            rng: Rng::new(seed),
+            link_free_ns: 0,
+        }
     }
 
     /// A packet of `wire_bytes` (IP bytes of all its segments) and `segments` segments
@@ -111,20 +118,31 @@ mod tests {
                 Verdict::Lost => unreachable!(),
             }
         }
-        assert_eq!(due, 1_000_000 + 10 * MS, "ten packets of 100 us fill the 1 ms queue");
+        assert_eq!(
+            due,
+            1_000_000 + 10 * MS,
+            "ten packets of 100 us fill the 1 ms queue"
+        );
         assert_eq!(dropped, 12);
         // once the link drains, packets pass again and departures never go back in time
-        assert_eq!(s.admit(5 * MS, 125, 1), Verdict::Due(5 * MS + 1000 + 10 * MS));
+        assert_eq!(
+            s.admit(5 * MS, 125, 1),
+            Verdict::Due(5 * MS + 1000 + 10 * MS)
+        );
     }
 
     #[test]
     fn loss_rate_matches_per_segment_probability() {
         let mut s = Shaper::new(0, 0, 0, 0.01, 7);
         let n = 200_000;
-        let lost = (0..n).filter(|_| s.admit(0, 1500, 1) == Verdict::Lost).count();
+        let lost = (0..n)
+            .filter(|_| s.admit(0, 1500, 1) == Verdict::Lost)
+            .count();
         assert!((1600..2400).contains(&lost), "1 % of {n}, got {lost}");
         // a super-packet of 10 segments is lost with 1 - 0.99^10 = 9.6 %
-        let lost = (0..n).filter(|_| s.admit(0, 15_000, 10) == Verdict::Lost).count();
+        let lost = (0..n)
+            .filter(|_| s.admit(0, 15_000, 10) == Verdict::Lost)
+            .count();
         assert!((18_000..20_500).contains(&lost), "9.6 % of {n}, got {lost}");
     }
 
@@ -132,7 +150,9 @@ mod tests {
     fn same_seed_same_losses() {
         let pattern = |seed| {
             let mut s = Shaper::new(0, 0, 0, 0.1, seed);
-            (0..1000).map(|_| s.admit(0, 100, 1) == Verdict::Lost).collect::<Vec<_>>()
+            (0..1000)
+                .map(|_| s.admit(0, 100, 1) == Verdict::Lost)
+                .collect::<Vec<_>>()
         };
         assert_eq!(pattern(3), pattern(3));
         assert_ne!(pattern(3), pattern(4));

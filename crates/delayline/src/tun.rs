@@ -65,17 +65,26 @@ impl Drop for Namespaces {
 
 /// Runs `ip ARGS`, failing with its stderr.
 pub fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip").args(args).output().context("cannot run `ip` (iproute2)")?;
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("cannot run `ip` (iproute2)")?;
     if !out.status.success() {
-        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(())
 }
 
 /// Opens TUN device `name` inside namespace `ns` (this thread enters it and comes back).
 pub fn open_in(ns: &str, name: &str, offload: bool) -> Result<Tun> {
-    let home = File::open("/proc/thread-self/ns/net").context("cannot open this thread's network namespace")?;
-    let there = File::open(Path::new("/run/netns").join(ns)).with_context(|| format!("no namespace {ns}"))?;
+    let home = File::open("/proc/thread-self/ns/net")
+        .context("cannot open this thread's network namespace")?;
+    let there = File::open(Path::new("/run/netns").join(ns))
+        .with_context(|| format!("no namespace {ns}"))?;
     set_ns(there.as_raw_fd()).with_context(|| format!("cannot enter namespace {ns}"))?;
     let opened = wait_name_free(name).and_then(|()| open_here(name, offload));
     set_ns(home.as_raw_fd()).context("cannot return to the original network namespace")?;
@@ -107,7 +116,12 @@ fn wait_name_free(name: &str) -> Result<()> {
 fn open_here(name: &str, offload: bool) -> Result<Tun> {
     let path = CString::new("/dev/net/tun")?;
     // SAFETY: a valid C string; the fd returned is owned below.
-    let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    let raw = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        )
+    };
     if raw < 0 {
         return Err(std::io::Error::last_os_error()).context("/dev/net/tun");
     }
@@ -124,17 +138,46 @@ fn open_here(name: &str, offload: bool) -> Result<Tun> {
     if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, ifr.as_mut_ptr()) } != 0 {
         return Err(std::io::Error::last_os_error()).context("TUNSETIFF");
     }
-    let flags = if offload { TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 } else { 0 };
+    let flags = if offload {
+        TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6
+    } else {
+        0
+    };
     // SAFETY: TUNSETOFFLOAD takes its argument by value.
     if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD, libc::c_ulong::from(flags)) } != 0 {
         return Err(std::io::Error::last_os_error()).context("TUNSETOFFLOAD");
     }
-    Ok(Tun { fd, name: name.to_string() })
+    Ok(Tun {
+        fd,
+        name: name.to_string(),
+    })
 }
 
 /// Gives `tun` (in `ns`) its MTU, address `local` with `peer` on the other end, and up.
 pub fn configure(ns: &str, tun: &Tun, mtu: u32, local: &str, peer: &str) -> Result<()> {
     let mtu = mtu.to_string();
-    ip(&["-n", ns, "link", "set", "dev", &tun.name, "mtu", &mtu, "txqueuelen", "1000", "up"])?;
-    ip(&["-n", ns, "addr", "add", local, "peer", &format!("{peer}/32"), "dev", &tun.name])
+    ip(&[
+        "-n",
+        ns,
+        "link",
+        "set",
+        "dev",
+        &tun.name,
+        "mtu",
+        &mtu,
+        "txqueuelen",
+        "1000",
+        "up",
+    ])?;
+    ip(&[
+        "-n",
+        ns,
+        "addr",
+        "add",
+        local,
+        "peer",
+        &format!("{peer}/32"),
+        "dev",
+        &tun.name,
+    ])
 }
