@@ -44,6 +44,14 @@ def tool_thr(agg, path, tool):
     return (s["thr"], "ok") if s["status"] == "ok" else (None, s["status"])
 
 
+def link_split(agg, path):
+    """How sluice's bytes went over the two links (client side's TUN counters)."""
+    s = agg.get(("wan", path, "path-big", "sluice", "default"))
+    if not s or s["link1"] is None or s["link2"] is None:
+        return ""
+    return f"; sluice's bytes on link 1 / 2: {s['link1'] / 1e9:.2f} / {s['link2'] / 1e9:.2f} GB"
+
+
 def delayline_stats(out):
     stats = {}
     p = os.path.join(out, "logs", "delayline-stats.log")
@@ -57,7 +65,7 @@ def delayline_stats(out):
     return stats
 
 
-def verdicts(name, f, best, thr):
+def verdicts(name, f, best, thr, split=""):
     """The issue's targets for this path: >= 0.9x iperf3's best everywhere; >= 1.2x
     GridFTP on the 100 ms and lossy paths; on two links >= 0.85x their sum."""
     out = []
@@ -71,7 +79,7 @@ def verdicts(name, f, best, thr):
         out.append(f"{r:.2f}x GridFTP ({'met' if r >= 1.2 else 'NOT met'}: >= 1.2)")
     if s and f.get("links") == "2" and float(f.get("rate_bps") or 0) > 0:
         r = s / (2 * float(f["rate_bps"]) / 8)
-        out.append(f"{r:.2f}x the two links' sum ({'met' if r >= 0.85 else 'NOT met'}: >= 0.85)")
+        out.append(f"{r:.2f}x the two links' sum ({'met' if r >= 0.85 else 'NOT met'}: >= 0.85){split}")
     return "; ".join(out) or "-"
 
 
@@ -89,7 +97,7 @@ def table(R, agg, facts):
         links = f.get("links") or "1"
         rows.append([name, f"{f.get('rtt_ms')} ms", (f"{links} x " if links != "1" else "") + (f"{rate / 1e9:g} Gbit/s" if rate else "none"),
                      f"{float(f.get('loss') or 0) * 100:g} %", fmt(mbit(float(f["forwarder_ceiling_bps"]) / 8) if f.get("forwarder_ceiling_bps") else None),
-                     f"{fmt(mbit(best[0]))} ({best[1]})" if best else "-"] + cells + [verdicts(name, f, best, thr)])
+                     f"{fmt(mbit(best[0]))} ({best[1]})" if best else "-"] + cells + [verdicts(name, f, best, thr, link_split(agg, name))])
         data[name] = (f, best, thr)
     return R.md_table(head, rows), data
 
@@ -173,9 +181,9 @@ def plot_svg(out, series, pts):
 def counters(stats):
     rows = []
     for name, dirs in stats.items():
-        ab = next((d for d in dirs if d["direction"].endswith("ab")), {})
+        ab = sum(d.get("wire_bytes_in", 0) for d in dirs if d["direction"].endswith("ab"))
         tot = lambda k: sum(d.get(k, 0) for d in dirs)  # noqa: E731
-        rows.append([name, f"{ab.get('wire_bytes_in', 0) / 1e9:.2f}", tot("lost"), tot("queue_full"), tot("ring_full"),
+        rows.append([name, f"{ab / 1e9:.2f}", tot("lost"), tot("queue_full"), tot("ring_full"),
                      tot("write_errors"), f"{max(d.get('ring_peak_bytes', 0) for d in dirs) / 2**20:.1f}"])
     return rows
 

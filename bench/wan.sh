@@ -3,13 +3,17 @@
 # (two namespaces joined through a user-space forwarder; this kernel has no netem), and
 # every tool on one file per path, tmpfs to tmpfs, default flags, interleaved run by run.
 #
-#   bench/wan.sh [--quick] [--out DIR] [--reps N] [--mtu M] [--only REGEX] [--sluice BIN]
+#   bench/wan.sh [--quick] [--out DIR] [--reps N] [--peer-reps N] [--mtu M] [--only REGEX]
+#                [--sluice BIN]
 #
 #   paths (full): 1 Gbit/s at 10, 50 and 100 ms RTT; the fastest rate the forwarder
 #                 sustains at 50 ms; 0.01 % and 0.1 % random loss at 1 Gbit/s and 50 ms;
 #                 two links of 1 Gbit/s at 50 ms            (1 GiB file, 3 runs, ~25 min)
 #   --quick       1 Gbit/s at 10, 50, 100 ms, 0.1 % loss at 50 ms, two links at 50 ms
-#                 (256 MiB file, 1 run, ~5 min)
+#                 (512 MiB file, 1 run, ~5 min)
+#   --reps N      runs of sluice and GridFTP per path, median reported (default 3; quick 1)
+#   --peer-reps N runs of rsync and scp (default 1: they are slow on long paths); all
+#                 tools are interleaved run by run, the order reversed every other round
 #   tools         sluice (daemon in B, client in A), iperf3 -P 1..8 (best of; quick 1 and
 #                 4), globus-url-copy -fast -p 4, rsync (daemon), scp
 #   --mtu M       MTU of the paths (default 1500; 9000 for jumbo frames)
@@ -23,12 +27,13 @@ set -uo pipefail
 main() {
     BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
     REPO=$(dirname "$BENCH")
-    QUICK=0 OUT="" REPS="" MTU=1500 ONLY_PATHS="" SLUICE_SRC="$REPO/target/release/sluice" NO_INSTALL=0
+    QUICK=0 OUT="" REPS="" PEER_REPS=1 MTU=1500 ONLY_PATHS="" SLUICE_SRC="$REPO/target/release/sluice" NO_INSTALL=0
     while [ $# -gt 0 ]; do
         case $1 in
             --quick) QUICK=1 ;;
             --out) OUT=$2; shift ;;
             --reps) REPS=$2; shift ;;
+            --peer-reps) PEER_REPS=$2; shift ;;
             --mtu) MTU=$2; shift ;;
             --only) ONLY_PATHS=$2; shift ;;
             --sluice) SLUICE_SRC=$2; shift ;;
@@ -42,7 +47,7 @@ main() {
     [ "$(id -u)" = 0 ] || { echo "SKIP: wan.sh needs root (namespaces, TUN)" >&2; exit 77; }
     [ -c /dev/net/tun ] || { echo "SKIP: wan.sh needs /dev/net/tun" >&2; exit 77; }
     : "${REPS:=$((QUICK ? 1 : 3))}"
-    PEER_REPS=$REPS ONLY="" PY=python3
+    ONLY="" PY=python3
     /usr/bin/python3 -c "import matplotlib" 2>/dev/null && PY=/usr/bin/python3
 
     # sluice with its defaults (nothing written out: the point is what it does unasked)
@@ -133,9 +138,9 @@ wan_binaries() {
     GIT_REV=$(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)
 }
 
-# The file: deterministic random bytes in tmpfs (1 GiB; quick 256 MiB).
+# The file: deterministic random bytes in tmpfs (1 GiB; quick 512 MiB).
 wan_data() {
-    WAN_BYTES=$((QUICK ? 256 << 20 : 1 << 30))
+    WAN_BYTES=$((QUICK ? 512 << 20 : 1 << 30))
     mkdir -p "$DATA/path-big"
     WL_PATH[path-big]=$DATA/path-big/path.bin WL_KIND[path-big]=file
     WL_DESC[path-big]="1 x $(human_bytes $WAN_BYTES) random, in tmpfs (/dev/shm), to tmpfs"
@@ -178,10 +183,10 @@ wan_define_paths() {
     local fast="max-50ms:25:${FAST_MBIT}mbit:0:1"
     if [ "$QUICK" = 1 ]; then
         WAN_PATHS="1g-10ms:5:1gbit:0:1 1g-50ms:25:1gbit:0:1 1g-100ms:50:1gbit:0:1 1g-50ms-loss0.1:25:1gbit:0.001:1 2x1g-50ms:25:1gbit:0:2"
-        IPERF_SET="1 4" IPERF_SECS=3
+        IPERF_SET="1 4" IPERF_SECS=4
     else
         WAN_PATHS="1g-10ms:5:1gbit:0:1 1g-50ms:25:1gbit:0:1 1g-100ms:50:1gbit:0:1 $fast 1g-50ms-loss0.01:25:1gbit:0.0001:1 1g-50ms-loss0.1:25:1gbit:0.001:1 2x1g-50ms:25:1gbit:0:2"
-        IPERF_SET="1 2 3 4 5 6 7 8" IPERF_SECS=4
+        IPERF_SET="1 2 3 4 5 6 7 8" IPERF_SECS=3
     fi
 }
 
@@ -202,9 +207,22 @@ wan_run_path() {
     fi
     local s
     for s in $IPERF_SET; do run_iperf "$s" "$IPERF_SECS"; done
-    run_interleaved wan path-big "$REPS" sluice gridftp rsyncd scp
+    wan_interleave
     wan_down
     echo "$name $WAN_STATS" >>"$OUT/logs/delayline-stats.log"
+}
+
+# Every tool on the file, run by run: sluice and GridFTP REPS times, rsync and scp in the
+# first PEER_REPS rounds; the order reversed every other round (as run_interleaved).
+wan_interleave() {
+    local r t tools order
+    for ((r = 1; r <= REPS; r++)); do
+        tools=(sluice gridftp)
+        ((r <= PEER_REPS)) && tools+=(rsyncd scp)
+        order=("${tools[@]}")
+        ((r % 2)) || mapfile -t order < <(printf '%s\n' "${tools[@]}" | tac)
+        for t in "${order[@]}"; do REP_FROM=$r run_transfer wan path-big "$t" 1; done
+    done
 }
 
 # Per-link rate in bit/s from the delayline's notation (none -> 0).
@@ -231,7 +249,7 @@ wan_meta() {
     echo "host=$HOST"
     echo "mode=wan-$([ "$QUICK" = 1 ] && echo quick || echo full)"
     echo "reps=$REPS"
-    echo "peer_reps=$REPS"
+    echo "peer_reps=$PEER_REPS"
     echo "kernel=$(uname -r)"
     echo "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
     echo "cpus=$(nproc)"

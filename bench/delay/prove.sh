@@ -58,10 +58,9 @@ main() {
         prove_window
         prove_ceiling
         prove_rate_loss
-        echo
-        echo "Result: $([ $FAILS = 0 ] && echo "every check passed" || echo "$FAILS check(s) FAILED")."
     } | tee "$WAN_TMP/proof.md"
     FAILS=$(grep -c '| FAIL' "$WAN_TMP/proof.md")
+    echo "Result: $([ "$FAILS" = 0 ] && echo "every check passed" || echo "$FAILS check(s) FAILED")." | tee -a "$WAN_TMP/proof.md"
     [ -n "$out" ] && mkdir -p "$out" && cp "$WAN_TMP/proof.md" "$out/proof.md"
     [ "$FAILS" = 0 ]
 }

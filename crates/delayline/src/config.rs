@@ -64,6 +64,11 @@ pub struct UpArgs {
     /// super-packets, far fewer packets per second; off: one packet per MTU).
     #[arg(long, default_value = "on")]
     pub offload: String,
+    /// Scheduling of the forwarder threads: fifo (real-time priority 10, so that a busy
+    /// machine does not delay packets beyond their due time; they sleep between packets)
+    /// or normal.
+    #[arg(long, default_value = "fifo")]
+    pub sched: String,
     /// Bytes each direction may hold, in MiB (default: sized from rate x (delay + queue),
     /// 10 Gbit/s assumed without a rate, within 32..1024 MiB). A full ring drops at the tail
     /// and counts it as ring_full.
@@ -85,6 +90,7 @@ pub struct Config {
     pub links: u32,
     pub subnet: (u8, u8),
     pub offload: bool,
+    pub realtime: bool,
     pub ring_bytes: usize,
 }
 
@@ -127,6 +133,11 @@ impl UpArgs {
             "off" => false,
             o => return Err(format!("--offload {o:?}: on or off")),
         };
+        let realtime = match self.sched.as_str() {
+            "fifo" => true,
+            "normal" => false,
+            o => return Err(format!("--sched {o:?}: fifo or normal")),
+        };
         let delay_ns = ms_to_ns(self.delay_ms);
         let queue_ms = self.queue_ms.unwrap_or((2.0 * self.delay_ms).max(10.0));
         if !(0.0..=10_000.0).contains(&queue_ms) {
@@ -160,6 +171,7 @@ impl UpArgs {
             links,
             subnet,
             offload,
+            realtime,
             ring_bytes,
         })
     }
@@ -279,6 +291,7 @@ mod tests {
             (vec!["--links", "9"], "--links"),
             (vec!["--subnet", "10"], "--subnet"),
             (vec!["--offload", "maybe"], "--offload"),
+            (vec!["--sched", "rr"], "--sched"),
         ] {
             let e = args(&bad).expect_err("must be refused");
             assert!(e.starts_with(word) && !e.contains('\n'), "{bad:?}: {e}");

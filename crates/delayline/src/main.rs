@@ -8,6 +8,17 @@
 //!                       <-- [ring: shaper, delay] <--
 //! ```
 //!
+//! Bounded: each direction holds its packets in one ring allocated at start (`--ring-mib`,
+//! by default rate x (delay + queue) x 1.5 within 32 MiB..1 GiB). A packet that finds the
+//! ring full is still read from its TUN device and dropped at the tail, counted as
+//! `ring_full` in the counters printed on exit: a loss of the forwarder, not of the path,
+//! which a benchmark must see as 0. The rate limit's own queue (`--queue-ms`, default one
+//! RTT) drops at the tail too (`queue_full`): that one is the path's router.
+//!
+//! With TSO offload (the default) the kernel hands over 64 KiB super-packets: the rate
+//! counts every segment's headers, and random loss drops a super-packet of n segments
+//! with 1 - (1 - p)^n, so loss events come at the per-segment rate, each a burst.
+//!
 //! Bench tooling, not part of the product. See bench/delay/prove.sh for its proof.
 
 mod config;
@@ -79,11 +90,17 @@ fn up(c: &Config) -> Result<()> {
                 scratch: vec![0; PACKET_BYTES_MAX],
             };
             let stats = Arc::new(Stats::default());
+            let realtime = c.realtime;
             let (s, stop) = (Arc::clone(&stats), Arc::clone(&stop));
             let name = format!("dl{}{}", i + 1, if j == 0 { "ab" } else { "ba" });
             let handle = std::thread::Builder::new()
                 .name(name.clone())
-                .spawn(move || forward::run(d, &s, &stop))?;
+                .spawn(move || {
+                    if let Err(e) = forward::tune_thread(realtime) {
+                        eprintln!("sluice-delayline: forwarder at normal priority (real-time refused: {e}); --sched normal silences this");
+                    }
+                    forward::run(d, &s, &stop)
+                })?;
             threads.push((name, stats, handle));
         }
     }
@@ -123,7 +140,7 @@ fn ready_line(c: &Config) -> String {
         .map(|k| format!("dla{k} {s0}.{s1}.{k}.1 <-> dlb{k} {s0}.{s1}.{k}.2"))
         .collect();
     format!(
-        "ready {} <-> {}: {}; one-way delay {} ms, rate {}, queue {} bytes, loss {}, mtu {}, offload {}, ring {} MiB per direction",
+        "ready {} <-> {}: {}; one-way delay {} ms, rate {}, queue {} bytes, loss {}, mtu {}, offload {}, sched {}, ring {} MiB per direction",
         c.ns_a,
         c.ns_b,
         links.join(", "),
@@ -133,6 +150,7 @@ fn ready_line(c: &Config) -> String {
         c.loss,
         c.mtu,
         if c.offload { "on" } else { "off" },
+        if c.realtime { "fifo" } else { "normal" },
         c.ring_bytes >> 20
     )
 }
