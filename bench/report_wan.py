@@ -207,7 +207,11 @@ def main(R, rows, wl, notes, runs, meta):
              "probability (seeded; per segment: a TSO super-packet is dropped whole with 1 - (1 - p)^n). "
              f"MTU {meta.get('mtu', '?')}, congestion control {meta.get('congestion_control', '?')} (the kernel's default), "
              f"tcp_rmem {meta.get('tcp_rmem', '?')}, tcp_wmem {meta.get('tcp_wmem', '?')}. "
-             "Proof that the paths are what they say: bench/delay/prove.sh.")
+             "Proof that the paths are what they say: bench/delay/prove.sh"
+             + (" ([proof.md](proof.md), run just before this benchmark)." if os.path.exists(os.path.join(out, "proof.md")) else "."))
+    if meta.get("mode") == "wan-quick":
+        L += ["", "**Quick run**: one run per tool on a smaller file, so start-up and TCP's ramp-up weigh more than "
+              "in the full run (`bench/wan.sh` without --quick), which is the measurement; this one keeps the harness honest."]
     L.append("")
     ceil = float(meta.get("forwarder_ceiling_bps") or 0)
     L.append(f"The forwarder's ceiling in this run: **{ceil / 1e9:.2f} Gbit/s** (iperf3 -P 4 through 1 ms of one-way delay, "
