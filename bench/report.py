@@ -536,6 +536,9 @@ def transfer_tables(agg, wl):
 def main():
     rows, wl, notes, runs = load()
     meta = read_env(os.path.join(OUT, "meta.env"))
+    if meta.get("mode", "").startswith("wan-"):  # bench/wan.sh's runs have their own report
+        import report_wan
+        return report_wan.main(sys.modules[__name__], rows, wl, notes, runs, meta)
     agg = aggregate(rows)
     for s in agg.values():
         s["path"] = s["key"][1]

@@ -1,0 +1,277 @@
+#!/usr/bin/env bash
+# sluice's WAN benchmark: paths with a real round-trip time, made by sluice-delayline
+# (two namespaces joined through a user-space forwarder; this kernel has no netem), and
+# every tool on one file per path, tmpfs to tmpfs, default flags, interleaved run by run.
+#
+#   bench/wan.sh [--quick] [--out DIR] [--reps N] [--peer-reps N] [--mtu M] [--only REGEX]
+#                [--sluice BIN]
+#
+#   paths (full): 1 Gbit/s at 10, 50 and 100 ms RTT; the fastest rate the forwarder
+#                 sustains at 50 ms; 0.01 % and 0.1 % random loss at 1 Gbit/s and 50 ms;
+#                 two links of 1 Gbit/s at 50 ms            (1 GiB file, 3 runs, ~25 min)
+#   --quick       1 Gbit/s at 10, 50, 100 ms, 0.1 % loss at 50 ms, two links at 50 ms
+#                 (512 MiB file, 1 run, ~5 min)
+#   --reps N      runs of sluice and GridFTP per path, median reported (default 3; quick 1)
+#   --peer-reps N runs of rsync and scp (default 1: they are slow on long paths); all
+#                 tools are interleaved run by run, the order reversed every other round
+#   tools         sluice (daemon in B, client in A), iperf3 -P 1..8 (best of; quick 1 and
+#                 4), globus-url-copy -fast -p 4, rsync (daemon), scp
+#   --mtu M       MTU of the paths (default 1500; 9000 for jumbo frames)
+#   --only REGEX  only paths whose name matches
+#
+# Every row of raw.csv carries the path's RTT, rate and loss and the forwarder's ceiling
+# (iperf3 -P 4 through 1 ms of one-way delay, no rate limit) measured in the same run.
+# Needs root, /dev/net/tun and the peers (run.sh installs them; this script does too).
+set -uo pipefail
+
+main() {
+    BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+    REPO=$(dirname "$BENCH")
+    QUICK=0 OUT="" REPS="" PEER_REPS=1 MTU=1500 ONLY_PATHS="" SLUICE_SRC="$REPO/target/release/sluice" NO_INSTALL=0
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --quick) QUICK=1 ;;
+            --out) OUT=$2; shift ;;
+            --reps) REPS=$2; shift ;;
+            --peer-reps) PEER_REPS=$2; shift ;;
+            --mtu) MTU=$2; shift ;;
+            --only) ONLY_PATHS=$2; shift ;;
+            --sluice) SLUICE_SRC=$2; shift ;;
+            --no-install) NO_INSTALL=1 ;;
+            -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+            *) echo "wan.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+        esac
+        shift
+    done
+    case $MTU in '' | *[!0-9]*) echo "wan.sh: --mtu $MTU: a number such as 1500 or 9000" >&2; exit 2 ;; esac
+    [ "$(id -u)" = 0 ] || { echo "SKIP: wan.sh needs root (namespaces, TUN)" >&2; exit 77; }
+    [ -c /dev/net/tun ] || { echo "SKIP: wan.sh needs /dev/net/tun" >&2; exit 77; }
+    : "${REPS:=$((QUICK ? 1 : 3))}"
+    ONLY="" PY=python3
+    /usr/bin/python3 -c "import matplotlib" 2>/dev/null && PY=/usr/bin/python3
+
+    # sluice with its defaults (nothing written out: the point is what it does unasked)
+    SLUICE_CLI_FLAGS="" SLUICE_SRV_FLAGS="" SLUICE_CLI_EXTRA="" SLUICE_SRV_EXTRA=""
+    # shellcheck source=lib/common.sh
+    . "$BENCH/lib/common.sh"
+    # shellcheck source=lib/workloads.sh
+    . "$BENCH/lib/workloads.sh"
+    # shellcheck source=lib/peers.sh
+    . "$BENCH/lib/peers.sh"
+    # shellcheck source=lib/cases.sh
+    . "$BENCH/lib/cases.sh"
+    # shellcheck source=lib/wan.sh
+    . "$BENCH/lib/wan.sh"
+    wan_columns
+    # Tools' run time limit: a 1 GiB file over a slow tool on a lossy 100 ms path.
+    TIMEOUT_MAX=$((QUICK ? 180 : 600))
+    _timeout_for() { echo "$TIMEOUT_MAX"; }
+
+    HOST=$(hostname -s 2>/dev/null || hostname)
+    if [ -z "$OUT" ]; then
+        OUT="$BENCH/runs/$(date +%F)-$HOST-wan$([ "$QUICK" = 1 ] && echo -quick)"
+        [ -e "$OUT/raw.csv" ] && OUT="$OUT-$(date +%H%M)"
+    fi
+    mkdir -p "$OUT/logs" || exit 1
+    OUT=$(cd "$OUT" && pwd)
+    SHM=/dev/shm/sluice-wan-$$
+    DATA=$SHM/data DST=$SHM/dst RUNTMP=$SHM/tmp WAN_TMP=$SHM/tmp WORK=$BENCH/work  # WORK: ssh keys
+    mkdir -p "$DATA" "$DST" "$RUNTMP" || exit 1
+    rm -f "$OUT/raw.csv" "$OUT/notes.txt" "$OUT/sluice-runs.jsonl"
+    echo "$CSV_COLUMNS" >"$OUT/raw.csv"
+    exec 3>&2 2> >(tee -a "$OUT/logs/run.log" >&3)
+    cleanup() {
+        trap - EXIT INT TERM
+        stop_all_servers
+        wan_ns_destroy
+        rm -rf "$SHM"
+    }
+    trap cleanup EXIT
+    trap 'log "interrupted"; exit 130' INT TERM
+
+    T_START=$(now)
+    log "results: $OUT (quick=$QUICK reps=$REPS mtu=$MTU)"
+    install_peers
+    wan_binaries || exit 1
+    wan_ns_create "wan-b$$" || { log "cannot make namespaces"; exit 1; }
+    wan_data || exit 1
+    NO_DROP=1  # tmpfs to tmpfs: nothing to drop
+    LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+
+    wan_ceiling
+    wan_define_paths
+    local p
+    for p in $WAN_PATHS; do
+        [ -n "$ONLY_PATHS" ] && ! [[ ${p%%:*} =~ $ONLY_PATHS ]] && continue
+        wan_run_path "$p"
+    done
+    wan_down
+    T_END=$(now)
+    wan_meta >"$OUT/meta.env"
+    {
+        echo "workload,kind,files,bytes,description"
+        echo "path-big,file,1,$WAN_BYTES,$(csv_field "${WL_DESC[path-big]}")"
+    } >"$OUT/workloads.csv"
+    "$PY" "$BENCH/report.py" "$OUT" || log "report.py failed"
+    log "done in $(fsub "$T_END" "$T_START") s: $OUT/results.md"
+}
+
+# Extra columns on every row: the path and the forwarder's ceiling in this run.
+wan_columns() {
+    CSV_COLUMNS="$CSV_COLUMNS,rtt_ms,rate_bps,loss,links,mtu,forwarder_ceiling_bps"
+    eval "$(declare -f row | sed '1s/^row /_wan_row_base /')"
+    row() {
+        _wan_row_base "$@" rtt_ms="${W_RTT-}" rate_bps="${W_RATE_BPS-}" loss="${W_LOSS-}" \
+            links="${W_LINKS-}" mtu="$MTU" forwarder_ceiling_bps="${W_CEILING_BPS-}"
+    }
+}
+
+wan_binaries() {
+    DELAYLINE=$REPO/target/release/sluice-delayline
+    if [ ! -x "$SLUICE_SRC" ] || [ ! -x "$DELAYLINE" ]; then
+        log "building sluice and sluice-delayline (cargo build --release)"
+        (cd "$REPO" && cargo build --release --locked -q -p sluice -p sluice-delayline) || { log "cannot build"; return 1; }
+    fi
+    mkdir -p "$RUNTMP/bin" && cp "$SLUICE_SRC" "$RUNTMP/bin/sluice" && cp "$DELAYLINE" "$RUNTMP/bin/" || return 1
+    SLUICE=$RUNTMP/bin/sluice DELAYLINE=$RUNTMP/bin/sluice-delayline SLUICE_BASE=""
+    SLUICE_VERSION=$("$SLUICE" --version 2>/dev/null)
+    GIT_REV=$(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)
+}
+
+# The file: deterministic random bytes in tmpfs (1 GiB; quick 512 MiB).
+wan_data() {
+    WAN_BYTES=$((QUICK ? 512 << 20 : 1 << 30))
+    mkdir -p "$DATA/path-big"
+    WL_PATH[path-big]=$DATA/path-big/path.bin WL_KIND[path-big]=file
+    WL_DESC[path-big]="1 x $(human_bytes $WAN_BYTES) random, in tmpfs (/dev/shm), to tmpfs"
+    log "generating $(human_bytes $WAN_BYTES) in $DATA"
+    keystream "${WL_PATH[path-big]}" "$WAN_BYTES" 77 || { log "cannot generate the file"; return 1; }
+    echo "1 $WAN_BYTES" >"$DATA/.path-big.stats"
+}
+
+# The forwarder's ceiling: iperf3 -P 4 through 1 ms of one-way delay, no rate limit.
+wan_ceiling() {
+    W_RTT=2 W_RATE_BPS=0 W_LOSS=0 W_LINKS=1 W_CEILING_BPS=""
+    wan_up 1 none 0 1 "$MTU" || { note "the forwarder did not start"; exit 1; }
+    local c0 c1 res secs=$((QUICK ? 3 : 5))
+    c0=$(wan_cpu_s)
+    res=$(wan_iperf "$WAN_SUBNET.1.2" 4 "$secs")
+    c1=$(wan_cpu_s)
+    W_CEILING_BPS=${res%% *}
+    CEILING_CPU=$(fsub "$c1" "$c0")
+    row section=ceiling path=forwarder-2ms workload=- tool=iperf3 variant="4 stream(s)" rep=1 \
+        status="$([ -n "$W_CEILING_BPS" ] && echo ok || echo FAILED)" flags="iperf3 -P 4 -t $secs" seconds="$secs" \
+        throughput_Bps="$(awk -v b="${W_CEILING_BPS:-0}" 'BEGIN { printf "%.0f", b / 8 }')" \
+        note="sluice-delayline, one-way delay 1 ms, no rate limit; forwarder CPU ${CEILING_CPU} s"
+    log "ceiling  forwarder (1 ms one-way, no limit): $(awk -v b="${W_CEILING_BPS:-0}" 'BEGIN { printf "%.2f Gbit/s", b / 1e9 }'), forwarder CPU $CEILING_CPU s"
+    # the fastest rate at 50 ms: what iperf3 -P 8 reaches through 25 ms one-way, no limit
+    wan_up 25 none 0 1 "$MTU" || exit 1
+    W_RTT=50
+    res=$(wan_iperf "$WAN_SUBNET.1.2" 8 "$secs")
+    CEILING50_BPS=${res%% *}
+    row section=ceiling path=forwarder-50ms workload=- tool=iperf3 variant="8 stream(s)" rep=1 \
+        status="$([ -n "$CEILING50_BPS" ] && echo ok || echo FAILED)" flags="iperf3 -P 8 -t $secs" seconds="$secs" \
+        throughput_Bps="$(awk -v b="${CEILING50_BPS:-0}" 'BEGIN { printf "%.0f", b / 8 }')" \
+        note="sluice-delayline, one-way delay 25 ms, no rate limit"
+    # 80 % of it, in steps of 0.5 Gbit/s, at least 1 Gbit/s
+    FAST_MBIT=$(awk -v b="${CEILING50_BPS:-0}" 'BEGIN { m = int(b * 0.8 / 5e8) * 500; print (m < 1000) ? 1000 : m }')
+    log "ceiling  forwarder at 50 ms (iperf3 -P 8, no limit): $(awk -v b="${CEILING50_BPS:-0}" 'BEGIN { printf "%.2f Gbit/s", b / 1e9 }'); fastest path: ${FAST_MBIT} Mbit/s"
+}
+
+# NAME:ONE_WAY_MS:RATE:LOSS:LINKS
+wan_define_paths() {
+    local fast="max-50ms:25:${FAST_MBIT}mbit:0:1"
+    if [ "$QUICK" = 1 ]; then
+        WAN_PATHS="1g-10ms:5:1gbit:0:1 1g-50ms:25:1gbit:0:1 1g-100ms:50:1gbit:0:1 1g-50ms-loss0.1:25:1gbit:0.001:1 2x1g-50ms:25:1gbit:0:2"
+        IPERF_SET="1 4" IPERF_SECS=4
+    else
+        WAN_PATHS="1g-10ms:5:1gbit:0:1 1g-50ms:25:1gbit:0:1 1g-100ms:50:1gbit:0:1 $fast 1g-50ms-loss0.01:25:1gbit:0.0001:1 1g-50ms-loss0.1:25:1gbit:0.001:1 2x1g-50ms:25:1gbit:0:2"
+        IPERF_SET="1 2 3 4 5 6 7 8" IPERF_SECS=3
+    fi
+}
+
+wan_run_path() {
+    local name delay rate loss links
+    IFS=: read -r name delay rate loss links <<<"$1"
+    W_RTT=$((2 * delay)) W_LOSS=$loss W_LINKS=$links W_RATE_BPS=$(wan_rate_bps "$rate")
+    if ! wan_up "$delay" "$rate" "$loss" "$links" "$MTU"; then
+        note "path $name could not be set up"
+        return
+    fi
+    log "path $name: $WAN_READY"
+    PATH_NAME=$name LINKS=$links RATE=$rate
+    CLI_X="ip netns exec $WAN_NS_A" SRV_X="ip netns exec $WAN_NS_B"
+    CLI_HOST=$WAN_SUBNET.1.1 SRV_HOST=$WAN_SUBNET.1.2 SRV_HOST2="" CLI_NICS="dla1" SRV_NICS="dlb1"
+    if [ "$links" = 2 ]; then
+        SRV_HOST2=$WAN_SUBNET.2.2 CLI_NICS="dla1 dla2" SRV_NICS="dlb1 dlb2"
+    fi
+    local s
+    for s in $IPERF_SET; do run_iperf "$s" "$IPERF_SECS"; done
+    wan_interleave
+    wan_down
+    echo "$name $WAN_STATS" >>"$OUT/logs/delayline-stats.log"
+}
+
+# Every tool on the file, run by run: sluice and GridFTP REPS times, rsync and scp in the
+# first PEER_REPS rounds; the order reversed every other round (as run_interleaved).
+wan_interleave() {
+    local r t tools order
+    for ((r = 1; r <= REPS; r++)); do
+        tools=(sluice gridftp)
+        ((r <= PEER_REPS)) && tools+=(rsyncd scp)
+        order=("${tools[@]}")
+        ((r % 2)) || mapfile -t order < <(printf '%s\n' "${tools[@]}" | tac)
+        for t in "${order[@]}"; do REP_FROM=$r run_transfer wan path-big "$t" 1; done
+    done
+}
+
+# Per-link rate in bit/s from the delayline's notation (none -> 0).
+wan_rate_bps() {
+    case $1 in
+        none) echo 0 ;;
+        *gbit) awk -v v="${1%gbit}" 'BEGIN { printf "%.0f", v * 1e9 }' ;;
+        *mbit) awk -v v="${1%mbit}" 'BEGIN { printf "%.0f", v * 1e6 }' ;;
+        *) echo "$1" ;;
+    esac
+}
+
+# Link bytes: the TUN devices' counters on side A (what the client sent on each link).
+link_tx_bytes() {
+    local a b
+    a=$(ip netns exec "$WAN_NS_A" cat /sys/class/net/dla1/statistics/tx_bytes 2>/dev/null || echo 0)
+    b=$(ip netns exec "$WAN_NS_A" cat /sys/class/net/dla2/statistics/tx_bytes 2>/dev/null || echo 0)
+    echo "$a $b"
+}
+
+
+wan_meta() {
+    echo "date=$(date -Is)"
+    echo "host=$HOST"
+    echo "mode=wan-$([ "$QUICK" = 1 ] && echo quick || echo full)"
+    echo "reps=$REPS"
+    echo "peer_reps=$PEER_REPS"
+    echo "kernel=$(uname -r)"
+    echo "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+    echo "cpus=$(nproc)"
+    echo "memory=$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
+    echo "load_start=$LOAD_START"
+    echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "sluice=$SLUICE_VERSION"
+    echo "git=$GIT_REV"
+    echo "sluice_flags=(defaults)"
+    echo "peer_streams=$PEER_STREAMS"
+    echo "mtu=$MTU"
+    echo "congestion_control=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_congestion_control)"
+    echo "tcp_rmem=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_rmem | tr '\t' ' ')"
+    echo "tcp_wmem=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_wmem | tr '\t' ' ')"
+    echo "forwarder_ceiling_bps=$W_CEILING_BPS"
+    echo "forwarder_ceiling_cpu_s=$CEILING_CPU"
+    echo "forwarder_ceiling_50ms_bps=$CEILING50_BPS"
+    echo "fast_path_mbit=$FAST_MBIT"
+    echo "iperf_streams=$IPERF_SET"
+    echo "paths=$WAN_PATHS"
+    echo "seconds_total=$(fsub "$T_END" "$T_START")"
+}
+
+main "$@"
+exit $?
