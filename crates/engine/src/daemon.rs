@@ -9,6 +9,7 @@
 use crate::error::EngineError;
 use crate::fs::{EntryKind, Root};
 use crate::net::accept;
+use crate::net::tls::{Link, ServerTls};
 use crate::options::{ServerSide, SessionOptions};
 use crate::runtime::Runtime;
 use crate::session::{self, run_role, source_start, Connections, DestMap, Role, HANDSHAKE_TIMEOUT};
@@ -47,6 +48,8 @@ pub struct ServeConfig {
     /// it (Tyche's channels mapped to NICs). Empty: clients use the address they dialled
     /// (a daemon listening on one address can only be reached there).
     pub nic_addresses: Vec<(String, std::net::IpAddr)>,
+    /// TLS: the identity presented and the clear-text policy (`--encrypt`).
+    pub tls: ServerTls,
 }
 
 /// Where each of `streams` data connections should go: data connection `i` is served
@@ -86,7 +89,9 @@ pub fn stream_addresses<'a>(
 /// A session waiting for its data connections.
 struct Pending {
     table: JoinTable,
-    streams: Sender<(u16, TcpStream)>,
+    streams: Sender<(u16, Link)>,
+    /// Its control connection is TLS: so must its data connections be.
+    encrypted: bool,
 }
 
 struct Daemon {
@@ -129,7 +134,7 @@ pub fn serve(listener: TcpListener, cfg: ServeConfig) -> Result<(), EngineError>
 fn admit(daemon: &Arc<Daemon>, stream: TcpStream) {
     if daemon.connections.fetch_add(1, Ordering::SeqCst) >= daemon.cfg.max_connections {
         daemon.connections.fetch_sub(1, Ordering::SeqCst);
-        let mut w = FrameWriter::new(stream);
+        let mut w = FrameWriter::new(Link::plain(stream));
         let _ = w.send(&ErrorFrame::new(
             ErrorCode::Busy,
             "too many connections; try again later",
@@ -154,12 +159,15 @@ fn admit(daemon: &Arc<Daemon>, stream: TcpStream) {
 
 impl Daemon {
     fn handle(&self, stream: TcpStream) -> Result<(), EngineError> {
-        let (mut reader, mut writer) = accept::incoming(stream)?;
-        match accept::read_first(&mut reader, &mut writer)? {
-            None => Ok(()),
-            Some(Frame::Join(join)) => self.join(&join, reader, writer),
-            Some(hello @ Frame::Hello(_)) => self.control(hello, &mut reader, &mut writer),
-            Some(other) => {
+        let (mut reader, mut writer) = accept::incoming(stream, &self.cfg.tls)?;
+        let Some(first) = accept::read_first(&mut reader, &mut writer)? else {
+            return Ok(());
+        };
+        accept::admit(&reader, &mut writer, &self.cfg.tls)?;
+        match first {
+            Frame::Join(join) => self.join(&join, reader, writer),
+            hello @ Frame::Hello(_) => self.control(hello, &mut reader, &mut writer),
+            other => {
                 let msg = format!("expected Hello or Join, got {}", other.frame_type().name());
                 let _ = writer.send(&ErrorFrame::new(ErrorCode::BadFrame, &msg));
                 Err(EngineError::Unexpected {
@@ -211,11 +219,15 @@ impl Daemon {
                 message: format!("join for unknown session {}", join.session_id),
             });
         };
+        if p.encrypted && !reader.is_tls() {
+            drop(pending);
+            return accept::refuse_clear(&reader, &mut writer, accept::ENCRYPTED_SESSION);
+        }
         let joined = p.table.handle(join, &mut out);
         let streams = p.streams.clone();
         drop(pending);
         let (index, stream) = accept::finish_join(joined, &out, reader, &mut writer)?;
-        if let (Ok(peer), Ok(local)) = (stream.peer_addr(), stream.local_addr()) {
+        if let (Ok(peer), Ok(local)) = (stream.stream().peer_addr(), stream.stream().local_addr()) {
             tracing::info!(
                 "session {}: data connection {index} from {peer} on {local}",
                 join.session_id
@@ -351,12 +363,16 @@ impl Daemon {
         direction: Direction,
         peer: &str,
         writer: &mut FrameWriter,
-    ) -> Result<Vec<TcpStream>, EngineError> {
+    ) -> Result<Vec<Link>, EngineError> {
         let streams = accept.streams();
         let (tx, rx) = bounded(usize::from(streams));
         let table = JoinTable::new(accept, est.join_key(&accept.session_secret));
-        self.pending_map()
-            .insert(accept.session_id, Pending { table, streams: tx });
+        let pending = Pending {
+            table,
+            streams: tx,
+            encrypted: writer.is_tls(),
+        };
+        self.pending_map().insert(accept.session_id, pending);
         let addresses = self.addresses(streams, direction);
         let sent = accept::send_accept(writer, est, accept, addresses);
         let data = sent.and_then(|()| collect_streams(&rx, streams, peer));
@@ -397,11 +413,11 @@ impl Daemon {
 /// The data connections of a session in stream order, as their joins arrive on `rx`,
 /// within [`HANDSHAKE_TIMEOUT`].
 fn collect_streams(
-    rx: &Receiver<(u16, TcpStream)>,
+    rx: &Receiver<(u16, Link)>,
     streams: u16,
     peer: &str,
-) -> Result<Vec<TcpStream>, EngineError> {
-    let mut conns: Vec<Option<TcpStream>> = (0..streams).map(|_| None).collect();
+) -> Result<Vec<Link>, EngineError> {
+    let mut conns: Vec<Option<Link>> = (0..streams).map(|_| None).collect();
     let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
     let mut got = 0;
     while got < usize::from(streams) {
@@ -422,7 +438,7 @@ fn collect_streams(
             message: format!("only {got} of {streams} data connections joined in time"),
         });
     }
-    let conns: Vec<TcpStream> = conns.into_iter().flatten().collect();
+    let conns: Vec<Link> = conns.into_iter().flatten().collect();
     debug_assert_eq!(conns.len(), usize::from(streams));
     Ok(conns)
 }

@@ -9,11 +9,14 @@
 //! * [`handshake`]: the client and server handshake drivers, OS randomness.
 //! * [`connect`]: the client side of opening a session (`open_session`).
 //! * [`accept`]: the server side, shared by the daemon and the stream receiver.
+//! * [`tls`]: TLS 1.3 on every connection ([`tls::Link`]), the `--encrypt` policy,
+//!   server identities and client trust.
 
 pub mod accept;
 pub mod connect;
 pub mod control;
 pub mod handshake;
+pub mod tls;
 pub mod transport;
 
 #[cfg(test)]
