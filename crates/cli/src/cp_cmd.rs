@@ -2,6 +2,7 @@
 
 use crate::exit::{bad_input, ExitCode};
 use crate::plan_cmd::{parse_bytes, JobArgs, Side};
+use crate::tls_args::{ClientTlsArgs, ServerTlsArgs};
 use crate::topo_cmd::load_machine;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -91,6 +92,8 @@ pub struct CpArgs {
     /// File holding the shared secret of the daemon.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
 }
 
 /// Arguments of `sluice serve`.
@@ -116,9 +119,12 @@ pub struct ServeArgs {
     /// Connections (control + data) served at once.
     #[arg(long, value_name = "N", default_value_t = 256)]
     pub max_connections: usize,
-    /// Print the listening address and plan as one JSON line when ready.
+    /// Print the listening address, plan and certificate fingerprint as one JSON line
+    /// when ready.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub tls: ServerTlsArgs,
 }
 
 /// Reads a shared secret from a file (one trailing newline ignored).
@@ -165,15 +171,15 @@ fn unbind(plan: &mut Plan) {
     }
 }
 
-/// Says the daemon is ready: its address and plan as one JSON line (`--json`), or one
-/// line on stderr.
-fn announce(args: &ServeArgs, addr: SocketAddr, plan: &Plan) {
+/// Says the daemon is ready: its address, plan and certificate fingerprint as one JSON
+/// line (`--json`), or one line on stderr.
+fn announce(args: &ServeArgs, addr: SocketAddr, plan: &Plan, fingerprint: &str) {
     if args.json {
-        let v = serde_json::json!({ "listen": addr.to_string(), "root": args.root, "plan": plan });
+        let v = serde_json::json!({ "listen": addr.to_string(), "root": args.root, "plan": plan, "fingerprint": fingerprint });
         let _ = crate::output::stdout(&(format!("{v}") + "\n"));
     } else {
         crate::output::stderr_line(&format!(
-            "sluice: serving {} on {addr} (policy {}, {} channel(s), {} MiB of buffers)",
+            "sluice: serving {} on {addr} (policy {}, {} channel(s), {} MiB of buffers, certificate {fingerprint})",
             args.root.display(),
             plan.policy,
             plan.channels.len(),
@@ -204,6 +210,7 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
         planner: sluice_engine::codec::Planner::Daemon,
         ..args.job.clone()
     };
+    let tls = args.tls.server_tls(args.listen)?;
     let machine = load_machine(&args.topology)?;
     let runtime = runtime_on(&machine, &job, &args.topology, Side::Both)?;
     let listener = TcpListener::bind(args.listen)
@@ -217,7 +224,8 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
     for (nic, ip) in &nic_addresses {
         tracing::info!("advertising {ip} for the data connections of the channel of {nic}");
     }
-    announce(args, listener.local_addr()?, runtime.plan());
+    let fingerprint = tls.fingerprint().to_string();
+    announce(args, listener.local_addr()?, runtime.plan(), &fingerprint);
     let cfg = ServeConfig {
         root: args.root.clone(),
         token,
@@ -226,6 +234,7 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
         max_connections: args.max_connections,
         runtime,
         nic_addresses,
+        tls,
     };
     serve(listener, cfg)?;
     Ok(ExitCode::Ok)
@@ -289,6 +298,7 @@ impl CpArgs {
             dest,
             opts,
             token,
+            tls: self.tls.client_tls(),
         })
     }
 }

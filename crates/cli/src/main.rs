@@ -15,6 +15,7 @@ mod gen_cmd;
 mod output;
 mod plan_cmd;
 mod stream_cmd;
+mod tls_args;
 mod svg;
 mod topo_cmd;
 

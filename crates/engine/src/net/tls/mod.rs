@@ -96,8 +96,9 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(p)
 }
 
-/// A server's TLS side: its configuration (TLS 1.3 only, no session tickets: nothing
-/// is ever sent after the handshake but records), its policy and its fingerprint.
+/// A server's TLS side: its configuration (TLS 1.3 only, its own suite order, no
+/// session tickets: nothing is ever sent after the handshake but records), its policy
+/// and its fingerprint.
 #[derive(Debug, Clone)]
 pub struct ServerTls {
     config: Arc<ServerConfig>,
@@ -119,6 +120,8 @@ impl ServerTls {
             .with_single_cert(identity.certs.clone(), identity.key.clone_key())
             .map_err(bad)?;
         config.send_tls13_tickets = 0;
+        // AES-128-GCM first whatever the client prefers (OpenSSL asks for AES-256).
+        config.ignore_client_order = true;
         Ok(ServerTls {
             config: Arc::new(config),
             encrypt,
