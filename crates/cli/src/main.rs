@@ -15,8 +15,8 @@ mod gen_cmd;
 mod output;
 mod plan_cmd;
 mod stream_cmd;
-mod tls_args;
 mod svg;
+mod tls_args;
 mod topo_cmd;
 
 use clap::{Parser, Subcommand};

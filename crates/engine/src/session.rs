@@ -13,13 +13,13 @@ pub use crate::net::handshake::{client_handshake, random, server_handshake, HAND
 use crate::control::{spawn_reader, spawn_writer, Wiring};
 use crate::error::EngineError;
 use crate::fs::Root;
+use crate::net::tls::Link;
 use crate::runtime::Runtime;
 use crate::source::ScanSpec;
 use crate::stats::Stats;
 use crate::transport::{ChunkReceiver, ChunkSender, FrameReader};
 use crate::SessionOptions;
 use sluice_placement::Role as PlanRole;
-use crate::net::tls::Link;
 use sluice_wire::{ErrorFrame, Frame, RelPath};
 use std::sync::Arc;
 

@@ -62,9 +62,8 @@ pub fn admit(
     if reader.is_tls() {
         return Ok(());
     }
-    let stream = writer.stream_clone()?;
     tls.encrypt()
-        .server_admits_clear(stream.stream())
+        .server_admits_clear(reader.link().stream())
         .or_else(|setting| refuse_clear(reader, writer, setting))
 }
 

@@ -86,7 +86,11 @@ type Control = (FrameReader, FrameWriter, Established, Option<DataDial>);
 
 /// Opens the control connection to `addr`, encrypted when `tls` says so, and runs the
 /// client handshake on it.
-fn connect_control(addr: &str, token: Option<Token>, tls: &ClientTls) -> Result<Control, EngineError> {
+fn connect_control(
+    addr: &str,
+    token: Option<Token>,
+    tls: &ClientTls,
+) -> Result<Control, EngineError> {
     let stream = TcpStream::connect(addr)
         .map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
     transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;

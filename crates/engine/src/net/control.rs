@@ -2,12 +2,12 @@
 //! from every other thread into few syscalls, and one reader thread that turns incoming
 //! frames into messages for the session's master thread.
 
+use super::tls::Link;
 use super::transport::{peer_name, FrameReader};
 use crate::error::EngineError;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_wire::{ChunkAck, Codec, Frame};
 use std::io::Write;
-use super::tls::Link;
 use std::thread::JoinHandle;
 use std::time::Instant;
 

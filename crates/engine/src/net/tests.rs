@@ -84,7 +84,11 @@ fn open_and_carry(client: &ClientTls, server: ServerTls, tls: bool) {
     assert_eq!(opened.accept.streams(), 3);
     assert_eq!((opened.data.len(), served.len()), (3, 3));
     assert_eq!(opened.fingerprint.is_some(), tls);
-    assert!(opened.data.iter().chain(served.iter()).all(|l| l.is_tls() == tls));
+    assert!(opened
+        .data
+        .iter()
+        .chain(served.iter())
+        .all(|l| l.is_tls() == tls));
     // Stream i of the client is stream i of the server.
     for ((mut c, s), mark) in opened.data.into_iter().zip(served.iter_mut()).zip(0u8..) {
         c.write_all(&[mark; 4]).expect("write");
@@ -122,7 +126,10 @@ fn clear_text_to_a_server_that_requires_tls_names_both_settings() {
         format!("{addr} requires encryption (daemon: --encrypt always, TLS from every peer; this client: --encrypt never)")
     );
     let served = server.join().expect("server thread");
-    assert!(matches!(served, Err(EngineError::Refused { .. })), "{served:?}");
+    assert!(
+        matches!(served, Err(EngineError::Refused { .. })),
+        "{served:?}"
+    );
 }
 
 #[test]
@@ -137,7 +144,10 @@ fn a_pinned_fingerprint_that_does_not_match_refuses_the_server() {
         trust: Trust::Pinned(other),
     };
     let err = open_session(&addr, None, open_frame(1), &client).expect_err("refused");
-    assert!(err.to_string().contains(&format!("not the pinned {other}")), "{err}");
+    assert!(
+        err.to_string().contains(&format!("not the pinned {other}")),
+        "{err}"
+    );
     assert!(server.join().expect("server thread").is_err());
 }
 
@@ -190,6 +200,35 @@ fn a_connection_that_does_not_join_is_answered_and_refused() {
     let (frame, _) = <Frame as Codec>::decode(&answer).expect("an Error frame");
     assert!(
         matches!(&frame, Frame::Error(e) if e.code == ErrorCode::BadFrame),
+        "{frame:?}"
+    );
+}
+
+#[test]
+fn a_clear_join_to_an_encrypted_session_is_refused() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let accept = accept::new_accept(1, MIN_CHUNK_BYTES).expect("accept");
+    let key = [7; 32];
+    let mut table = JoinTable::new(&accept, key);
+    let client = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        let join = sluice_wire::ClientJoin::new(&accept, &key, 0).expect("a join");
+        let mut buf = Vec::new();
+        join.start(&mut buf);
+        s.write_all(&buf).expect("write");
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        answer
+    });
+    // The server's policy admits clear text from loopback, but not into a TLS session.
+    let tls = server_tls(Encrypt::Auto);
+    let err = accept::accept_join(&listener, &mut table, &tls, true).expect_err("clear join");
+    assert_eq!(err.code(), ErrorCode::EncryptionRequired, "{err:?}");
+    let answer = client.join().expect("client thread");
+    let (frame, _) = <Frame as Codec>::decode(&answer).expect("an Error frame");
+    assert!(
+        matches!(&frame, Frame::Error(e) if e.code == ErrorCode::EncryptionRequired),
         "{frame:?}"
     );
 }

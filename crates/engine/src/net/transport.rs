@@ -5,13 +5,13 @@
 //! the payload is read straight into a NUMA-local buffer slot, so a chunk's bytes are
 //! copied once, by the kernel (on a clear link; a TLS [`Link`] decrypts into the slot).
 
+use super::tls::Link;
 use crate::error::EngineError;
 use sluice_wire::{
     ChunkHeader, Codec, Frame, FrameDecoder, FrameHeader, FrameType, Segment, CHUNK_HEADER_BYTES,
     FRAME_HEADER_BYTES,
 };
 use std::io::{self, IoSlice, Read, Write};
-use super::tls::Link;
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -152,6 +152,11 @@ impl FrameReader {
     /// Whether the connection is encrypted.
     pub fn is_tls(&self) -> bool {
         self.stream.is_tls()
+    }
+
+    /// The connection (its socket's addresses and options).
+    pub fn link(&self) -> &Link {
+        &self.stream
     }
 
     /// Sets a read timeout (None: block).

@@ -7,6 +7,7 @@ use super::{lock, StreamSummary, QUEUE_RECORDS};
 use crate::codec::Decompressor;
 use crate::control::spawn_reader;
 use crate::error::EngineError;
+use crate::net::tls::{Link, ServerTls};
 use crate::runtime::Runtime;
 use crate::transport::{ChunkReceiver, DataEvent, FrameWriter};
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -17,7 +18,6 @@ use sluice_session::stream::{
 };
 use sluice_wire::{ChunkAck, ChunkHeader, ChunkNack, Frame, Token};
 use std::io::Write;
-use crate::net::tls::{Link, ServerTls};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

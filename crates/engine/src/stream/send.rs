@@ -5,6 +5,7 @@
 use super::{lock, Record, Sent, ACK_TIMEOUT, QUEUE_RECORDS, STREAM_FILE_ID};
 use crate::codec::{CodecPlan, Compressor, SharedAuto};
 use crate::error::EngineError;
+use crate::net::tls::Link;
 use crate::runtime::Runtime;
 use crate::transport::{ChunkSender, FrameReader};
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -12,7 +13,6 @@ use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_session::stream::{AckRoutes, SendWindow, StreamError, Word};
 use sluice_wire::{ChunkHeader, Close, CloseReason, Compression, Frame};
-use crate::net::tls::Link;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 

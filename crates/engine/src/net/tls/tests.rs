@@ -2,11 +2,13 @@
 //! threads at once with large writes in both directions, orderly and bare closes, and
 //! the client's trust (pinning, known hosts).
 
+#![allow(clippy::cast_possible_truncation)] // test data sizes and byte patterns
+
 use super::trust::secure_control;
 use super::*;
 use crate::error::EngineError;
 use crate::net::transport::{ChunkReceiver, ChunkSender, DataEvent, FrameReader, FrameWriter};
-use sluice_wire::{ChunkHeader, Codec, Close, CloseReason, Frame, Segment};
+use sluice_wire::{ChunkHeader, Close, CloseReason, Codec, Frame, Segment};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
@@ -52,9 +54,16 @@ fn frames_go_both_ways_over_split_halves() {
         reason: CloseReason::Done,
     };
     cw.send(&close).expect("send");
-    assert!(matches!(sr.next("test").expect("read"), Some(Frame::Close(_))));
-    sw.send(&Frame::CloseAck(sluice_wire::CloseAck)).expect("send");
-    assert!(matches!(cr.next("test").expect("read"), Some(Frame::CloseAck(_))));
+    assert!(matches!(
+        sr.next("test").expect("read"),
+        Some(Frame::Close(_))
+    ));
+    sw.send(&Frame::CloseAck(sluice_wire::CloseAck))
+        .expect("send");
+    assert!(matches!(
+        cr.next("test").expect("read"),
+        Some(Frame::CloseAck(_))
+    ));
     // An orderly close (close_notify) between frames is a clean end.
     cw.shutdown();
     assert!(sr.next("test").expect("a clean end").is_none());
@@ -126,7 +135,10 @@ fn large_writes_both_ways_at_once_do_not_deadlock() {
             }
         }));
     }
-    let got: Vec<u64> = threads.into_iter().map(|t| t.join().expect("thread")).collect();
+    let got: Vec<u64> = threads
+        .into_iter()
+        .map(|t| t.join().expect("thread"))
+        .collect();
     assert_eq!(got, [0, N as u64, 0, N as u64]);
 }
 
@@ -202,7 +214,10 @@ fn known_hosts_pin_on_first_use_and_refuse_a_changed_certificate() {
     std::fs::write(&file, format!("# comment\n{text}")).expect("write");
     let msg = control_to(&addr, &tofu).expect_err("changed").to_string();
     t.join().expect("server thread");
-    assert!(msg.contains("CHANGED") && msg.contains("remove line 2 of"), "{msg}");
+    assert!(
+        msg.contains("CHANGED") && msg.contains("remove line 2 of"),
+        "{msg}"
+    );
     assert!(msg.contains(&file.display().to_string()), "{msg}");
 }
 
@@ -210,7 +225,10 @@ fn known_hosts_pin_on_first_use_and_refuse_a_changed_certificate() {
 fn fingerprints_print_and_parse_back() {
     let fp = Fingerprint::of(b"a certificate");
     let text = fp.to_string();
-    assert!(text.starts_with("sha256:") && text.len() == 7 + 64, "{text}");
+    assert!(
+        text.starts_with("sha256:") && text.len() == 7 + 64,
+        "{text}"
+    );
     assert_eq!(text.parse::<Fingerprint>(), Ok(fp));
     assert!("sha256:12".parse::<Fingerprint>().is_err());
     assert!("md5:00".parse::<Fingerprint>().is_err());

@@ -209,7 +209,14 @@ impl DataDial {
 
     /// Runs the TLS handshake on a data connection.
     pub(crate) fn secure(&self, stream: TcpStream, timeout: Duration) -> Result<Link, EngineError> {
-        handshake(stream, &self.config, self.name.clone(), &self.host, None, timeout)
+        handshake(
+            stream,
+            &self.config,
+            self.name.clone(),
+            &self.host,
+            None,
+            timeout,
+        )
     }
 }
 
@@ -283,7 +290,10 @@ pub(crate) fn secure_control(
         }
         Trust::Pinned(fp) => {
             let (config, v) = pinned_config(addr, *fp)?;
-            (handshake(stream, &config, name, addr, Some(&v), timeout)?, None)
+            (
+                handshake(stream, &config, name, addr, Some(&v), timeout)?,
+                None,
+            )
         }
         Trust::KnownHosts { file, strict } => {
             let file = match file {
@@ -308,10 +318,12 @@ pub(crate) fn secure_control(
             (link, unknown.then_some(file))
         }
     };
-    let fp = link.peer_fingerprint().ok_or_else(|| EngineError::Handshake {
-        peer: addr.to_string(),
-        message: "the server presented no certificate".into(),
-    })?;
+    let fp = link
+        .peer_fingerprint()
+        .ok_or_else(|| EngineError::Handshake {
+            peer: addr.to_string(),
+            message: "the server presented no certificate".into(),
+        })?;
     if let Some(file) = pin_to {
         pin(&file, addr, fp)?;
     }
@@ -320,7 +332,8 @@ pub(crate) fn secure_control(
 
 /// A webpki-validating configuration trusting the CA certificates in `file`.
 fn ca_config(file: &Path) -> Result<Arc<ClientConfig>, EngineError> {
-    let bad = |e: &dyn std::fmt::Display| EngineError::Config(format!("--ca {}: {e}", file.display()));
+    let bad =
+        |e: &dyn std::fmt::Display| EngineError::Config(format!("--ca {}: {e}", file.display()));
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(file).map_err(|e| bad(&e))? {
         roots.add(cert.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
@@ -380,7 +393,8 @@ fn pin(file: &Path, host: &str, fp: Fingerprint) -> Result<(), EngineError> {
         .append(true)
         .open(file)
         .map_err(err)?;
-    f.write_all(format!("{host} {fp}\n").as_bytes()).map_err(err)?;
+    f.write_all(format!("{host} {fp}\n").as_bytes())
+        .map_err(err)?;
     eprintln!("sluice: pinned {host} ({fp}) in {}", file.display());
     Ok(())
 }
