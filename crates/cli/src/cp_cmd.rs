@@ -298,7 +298,7 @@ impl CpArgs {
             dest,
             opts,
             token,
-            tls: self.tls.client_tls(),
+            tls: self.tls.client_tls()?,
         })
     }
 }

@@ -122,7 +122,7 @@ fn send(a: &SendArgs) -> Result<ExitCode> {
             .map_err(|_| bad_input(format!("--record-size {record} is too large")))?,
         compress: a.compress.parse::<CompressMode>().map_err(bad_input)?,
         token: a.token_file.as_ref().map(read_token).transpose()?,
-        tls: a.tls.client_tls(),
+        tls: a.tls.client_tls()?,
     };
     let runtime = stream_runtime(&a.job, Side::Send)?;
     let summary = match &a.input {

@@ -55,18 +55,27 @@ pub struct ClientTlsArgs {
 
 impl ClientTlsArgs {
     /// The engine's client TLS settings.
-    pub fn client_tls(&self) -> ClientTls {
+    ///
+    /// # Errors
+    /// `--ca` names no readable file (bad input).
+    pub fn client_tls(&self) -> Result<ClientTls> {
         let trust = match &self.ca {
+            Some(ca) if !ca.is_file() => {
+                return Err(bad_input(format!(
+                    "--ca {}: not a readable file",
+                    ca.display()
+                )))
+            }
             Some(ca) => Trust::Ca(ca.clone()),
             None => Trust::KnownHosts {
                 file: self.known_hosts.clone().or_else(default_known_hosts),
                 strict: self.strict_host_key,
             },
         };
-        ClientTls {
+        Ok(ClientTls {
             encrypt: self.encrypt.into(),
             trust,
-        }
+        })
     }
 }
 

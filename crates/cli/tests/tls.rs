@@ -267,6 +267,9 @@ fn a_ca_signed_daemon_is_validated_and_a_wrong_ca_refused() {
         ];
         cp(&args, None)
     };
+    let missing = with_ca(&dir.path().join("no-such-ca.pem"), "g");
+    assert_eq!(missing.code, Some(2), "bad input: {}", missing.stderr);
+    assert!(missing.stderr.contains("--ca") && missing.stderr.contains("no-such-ca.pem"));
     let line = assert_refused(&with_ca(&other_ca, "g"), "wrong CA");
     assert!(line.contains("UnknownIssuer"), "{line}");
     assert_eq!(entries(&root), 0, "nothing written");

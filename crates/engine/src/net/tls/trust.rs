@@ -147,9 +147,8 @@ impl ServerCertVerifier for PinVerifier {
         _cert: &CertificateDer<'_>,
         _dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::PeerIncompatible(
-            rustls::PeerIncompatible::Tls13RequiredForQuic,
-        ))
+        // Never called: only TLS 1.3 is offered.
+        Err(rustls::Error::General("TLS 1.2 is not offered".into()))
     }
 
     fn verify_tls13_signature(
