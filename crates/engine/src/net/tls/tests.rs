@@ -249,3 +249,58 @@ fn a_state_directory_identity_is_created_once_private_and_reused() {
     assert_eq!(a.fingerprint(), b.fingerprint());
     ServerTls::new(&b, Encrypt::Auto).expect("a usable identity");
 }
+
+/// CPU seconds (user + system) this process has used.
+fn cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one rusage into the valid, writable buffer it is given.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(usage.ru_utime) + t(usage.ru_stime)
+}
+
+/// Not a test: the per-record cost of a TLS link against a clear one over loopback
+/// (`cargo test --release -p sluice-engine --lib link_cost -- --ignored --nocapture`).
+#[test]
+#[ignore = "a measurement, run by hand in a release build"]
+fn link_cost() {
+    const N: usize = 2 << 30;
+    const CHUNK: usize = 4 << 20;
+    for tls in [false, true] {
+        let (client, server) = if tls {
+            let (c, s, _) = pair();
+            (c, s)
+        } else {
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+            let c = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+            let (s, _) = listener.accept().expect("accept");
+            (Link::plain(c), Link::plain(s))
+        };
+        let (cpu0, t0) = (cpu_seconds(), std::time::Instant::now());
+        let reader = std::thread::spawn(move || {
+            let mut rx = ChunkReceiver::new(server, CHUNK as u32);
+            let mut slot = vec![0u8; CHUNK];
+            for _ in 0..N / CHUNK {
+                rx.payload(&mut slot).expect("read");
+            }
+        });
+        let mut w = client;
+        let block = vec![7u8; CHUNK];
+        for _ in 0..N / CHUNK {
+            w.write_all(&block).expect("write");
+        }
+        reader.join().expect("reader");
+        let (cpu, secs) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
+        let gb = N as f64 / 1e9;
+        let records = (N / (16 << 10)) as f64;
+        eprintln!(
+            "tls={tls}: {:.2} GB/s, {:.3} CPU s/GB (both ends), {:.2} us CPU per 16 KiB record",
+            gb / secs,
+            cpu / gb,
+            cpu / records * 1e6
+        );
+    }
+}
