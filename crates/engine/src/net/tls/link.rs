@@ -6,8 +6,9 @@
 //! thread and written by another), behind a mutex that is NEVER held while blocking on
 //! the socket: the peer may be blocked writing to us, and we must go on reading.
 //!
-//! * reading: raw bytes come off the socket into the link's own buffer (sized once)
-//!   under the receive lock only; then, under the connection lock, `read_tls` +
+//! * reading: raw bytes come off the socket into the link's own buffer (grown once,
+//!   from one record to 64 KiB) under the receive lock only; then, under the
+//!   connection lock, `read_tls` +
 //!   `process_new_packets` decrypt them and the plaintext is copied out. Plaintext of an
 //!   earlier record is served first.
 //! * writing: under the send lock, the connection lock is taken to encrypt up to
@@ -28,14 +29,18 @@ use std::net::TcpStream;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Raw TLS bytes read from the socket at once.
+/// Raw TLS bytes read from the socket at once: one full record at first, this much
+/// once the peer sends faster than one record per read (an idle connection holds
+/// little).
 const RX_BUFFER_BYTES: usize = 64 << 10;
+/// The first size of the receive buffer: a whole TLS record with its overhead.
+const RX_FIRST_BYTES: usize = 17 << 10;
 /// Plaintext encrypted per lock (and per socket write) at most.
 pub const TX_BATCH_BYTES: usize = 256 << 10;
 
 /// Raw bytes read off the socket and not yet handed to rustls.
 struct RxBuf {
-    buf: Box<[u8]>,
+    buf: Vec<u8>,
     start: usize,
     end: usize,
 }
@@ -112,11 +117,12 @@ impl Link {
         let shared = Shared {
             conn: Mutex::new(conn),
             rx: Mutex::new(RxBuf {
-                buf: vec![0; RX_BUFFER_BYTES].into_boxed_slice(),
+                buf: vec![0; RX_FIRST_BYTES],
                 start: 0,
                 end: 0,
             }),
-            tx: Mutex::new(Vec::with_capacity(TX_BATCH_BYTES + (4 << 10))),
+            // Grows to one batch of records on the first large write, then is reused.
+            tx: Mutex::new(Vec::new()),
         };
         Ok(Link {
             stream,
@@ -223,6 +229,9 @@ impl Link {
             }
             rx.start = 0;
             rx.end = n;
+            if n == rx.buf.len() && n < RX_BUFFER_BYTES {
+                rx.buf.resize(RX_BUFFER_BYTES, 0); // keeps the bytes just read
+            }
         }
     }
 
