@@ -8,9 +8,8 @@
 //!
 //! * reading: raw bytes come off the socket into the link's own buffer (grown once,
 //!   from one record to 64 KiB) under the receive lock only; then, under the
-//!   connection lock, `read_tls` +
-//!   `process_new_packets` decrypt them and the plaintext is copied out. Plaintext of an
-//!   earlier record is served first.
+//!   connection lock, `read_tls` + `process_new_packets` decrypt them and the
+//!   plaintext is copied out. Plaintext of an earlier record is served first.
 //! * writing: under the send lock, the connection lock is taken to encrypt up to
 //!   [`TX_BATCH_BYTES`] of plaintext into the link's reused buffer, released, and the
 //!   buffer is written to the socket; repeated until all is sent. The send lock keeps
