@@ -444,6 +444,9 @@ fn capture(ns: &str, dev: &str, pcap: &Path) -> ChildGuard {
                 "-i",
                 dev,
                 "-U",
+                "--immediate-mode",
+                "-B",
+                "65536",
                 "-s",
                 "0",
                 "-w",
@@ -455,11 +458,12 @@ fn capture(ns: &str, dev: &str, pcap: &Path) -> ChildGuard {
             .expect("tcpdump starts"),
     );
     // tcpdump says "listening on ..." once it captures.
-    let stderr = child.0.stderr.take().expect("stderr");
+    let mut stderr = std::io::BufReader::new(child.0.stderr.take().expect("stderr"));
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stderr), &mut line)
-        .expect("tcpdump line");
+    std::io::BufRead::read_line(&mut stderr, &mut line).expect("tcpdump line");
     assert!(line.contains("listening on"), "tcpdump: {line}");
+    // Keep reading its stderr, so its last words cannot kill it (SIGPIPE).
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
     child
 }
 
@@ -512,10 +516,22 @@ fn captured_push(ns: &Netns, dir: &Path, file: &Path, encrypt: &str) -> Vec<u8> 
         std::fs::read(root.join(name)).expect("pushed"),
         std::fs::read(file).expect("source")
     );
-    // Let the last packets reach the file, then stop the capture.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline {
+    // Wait until tcpdump has caught up (the file stops growing), then stop it.
+    let (mut last, mut still) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while still < 10 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
+        let len = std::fs::metadata(&pcap).map_or(0, |m| m.len());
+        (last, still) = (len, if len == last { still + 1 } else { 0 });
+    }
+    let pid = tcpdump.0.id().to_string();
+    assert_ok(
+        &run_in("kill", &["-TERM", &pid], None),
+        "kill -TERM tcpdump",
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tcpdump.is_running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
     }
     tcpdump.kill();
     daemon.kill();
@@ -564,6 +580,29 @@ fn a_capture_between_two_hosts_shows_no_name_and_no_payload_unless_encryption_is
         "the file name crossed in clear text"
     );
     assert!(!contains(&tls, PATTERN), "payload crossed in clear text");
+    // A client asking for clear text across hosts is refused by a default daemon.
+    let root = dir.path().join("root-refused");
+    std::fs::create_dir_all(&root).expect("mkdir");
+    let token = dir.path().join("token");
+    let state = dir.path().join("state-auto");
+    let (_daemon, port) = serve_in(&ns.b, &root, &state, &token, "auto");
+    let url = format!("sluice://10.41.0.2:{port}/");
+    let args = [
+        "netns",
+        "exec",
+        &ns.a,
+        BIN,
+        "cp",
+        "--token-file",
+        s(&token),
+        "--encrypt",
+        "never",
+        s(&file),
+        &url,
+    ];
+    let line = assert_refused(&run_in("ip", &args, None), "clear text across hosts");
+    assert_eq!(line, format!("sluice: error: 10.41.0.2:{port} requires encryption (daemon: --encrypt auto, clear text from loopback only; this client: --encrypt never)"));
+    assert_eq!(entries(&root), 0, "nothing written");
 }
 
 #[test]
