@@ -11,9 +11,10 @@
 //!   connection lock, `read_tls` + `process_new_packets` decrypt them and the
 //!   plaintext is copied out. Plaintext of an earlier record is served first.
 //! * writing: under the send lock, the connection lock is taken to encrypt up to
-//!   [`TX_BATCH_BYTES`] of plaintext into the link's reused buffer, released, and the
-//!   buffer is written to the socket; repeated until all is sent. The send lock keeps
-//!   records of two writers in order.
+//!   [`TX_BATCH_BYTES`] of plaintext (vectored writes coalesced into full records) into
+//!   the link's reused buffer, released, and the buffer is written to the socket: one
+//!   `write` call, one batch (`write_all` loops). The send lock keeps records of two
+//!   writers in order.
 //!
 //! Orderly shutdown ([`Link::close`]) sends `close_notify`, then shuts the write half.
 //! A peer that closes without `close_notify` reads as an end of stream, as a clear
@@ -234,22 +235,20 @@ impl Link {
         }
     }
 
-    fn tls_write_all(&self, shared: &Shared, mut data: &[u8]) -> io::Result<()> {
+    /// Encrypts up to [`TX_BATCH_BYTES`] of `bufs` (the slices coalesced into full
+    /// records: a chunk header shares its record with the payload) and sends them;
+    /// returns how many plaintext bytes went out, as `write_vectored` does.
+    fn tls_write_batch(&self, shared: &Shared, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let mut tx = lock(&shared.tx);
-        while !data.is_empty() {
-            tx.clear();
-            {
-                let mut conn = lock(&shared.conn);
-                let n = conn.writer().write(data)?;
-                data = &data[n..];
-                drain(&mut conn, &mut tx)?;
-            }
-            if tx.is_empty() {
-                return Err(io::Error::from(io::ErrorKind::WriteZero));
-            }
-            (&self.stream).write_all(&tx)?;
-        }
-        Ok(())
+        tx.clear();
+        let n = {
+            let mut conn = lock(&shared.conn);
+            let n = conn.writer().write_vectored(bufs)?;
+            drain(&mut conn, &mut tx)?;
+            n
+        };
+        (&self.stream).write_all(&tx)?;
+        Ok(n)
     }
 }
 
@@ -274,21 +273,14 @@ impl Write for Link {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match &self.tls {
             None => (&self.stream).write(buf),
-            Some(shared) => self.tls_write_all(shared, buf).map(|()| buf.len()),
+            Some(shared) => self.tls_write_batch(shared, &[IoSlice::new(buf)]),
         }
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match &self.tls {
             None => (&self.stream).write_vectored(bufs),
-            Some(shared) => {
-                let mut total = 0;
-                for b in bufs {
-                    self.tls_write_all(shared, b)?;
-                    total += b.len();
-                }
-                Ok(total)
-            }
+            Some(shared) => self.tls_write_batch(shared, bufs),
         }
     }
 
