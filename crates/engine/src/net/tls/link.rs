@@ -35,8 +35,10 @@ use std::time::Duration;
 const RX_BUFFER_BYTES: usize = 64 << 10;
 /// The first size of the receive buffer: a whole TLS record with its overhead.
 const RX_FIRST_BYTES: usize = 17 << 10;
-/// Plaintext encrypted per lock (and per socket write) at most.
-pub const TX_BATCH_BYTES: usize = 256 << 10;
+/// Plaintext encrypted per lock (and per socket write) at most: four records. Measured
+/// on a 2 GiB push over veth (2 cores): 256 KiB took 2.26 s, 64 KiB 1.99 s, 32 KiB
+/// 1.94 s (the batch stays in cache between encryption and the socket's copy).
+pub const TX_BATCH_BYTES: usize = 64 << 10;
 
 /// Raw bytes read off the socket and not yet handed to rustls.
 struct RxBuf {
