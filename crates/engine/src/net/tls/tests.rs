@@ -304,3 +304,21 @@ fn link_cost() {
         );
     }
 }
+
+#[test]
+fn a_server_answering_in_clear_text_is_named_as_such() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let t = std::thread::spawn(move || {
+        let (s, _) = listener.accept().expect("accept");
+        let mut w = FrameWriter::new(Link::plain(s));
+        let busy = sluice_wire::ErrorFrame::new(sluice_wire::ErrorCode::Busy, "too many");
+        w.send(&busy).expect("send");
+        w.shutdown();
+    });
+    let s = TcpStream::connect(&addr).expect("connect");
+    let fp = Fingerprint::of(b"any");
+    let err = secure_control(s, &addr, &Trust::Pinned(fp), T).expect_err("not TLS");
+    t.join().expect("server thread");
+    assert!(err.to_string().contains("answered in clear text"), "{err}");
+}

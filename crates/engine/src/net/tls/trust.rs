@@ -264,12 +264,30 @@ fn handshake(
         });
         EngineError::Handshake {
             peer: peer.to_string(),
-            message: ours.unwrap_or_else(|| format!("TLS: {e}")),
+            message: ours.unwrap_or_else(|| tls_failure(&e)),
         }
     })?;
     link.set_read_timeout(None)
         .map_err(|e| EngineError::io("clearing a timeout", e))?;
     Ok(link)
+}
+
+/// A failed client handshake in words; a server that answered in clear text is named
+/// as such (a sluice without TLS, or a refusal sent before TLS, such as `Busy`).
+fn tls_failure(e: &std::io::Error) -> String {
+    let clear = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| {
+            matches!(
+                r,
+                rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)
+            )
+        });
+    match clear {
+        true => format!("TLS: {e} (the server answered in clear text: a sluice without TLS, or a refusal such as Busy sent before TLS)"),
+        false => format!("TLS: {e}"),
+    }
 }
 
 /// Runs the TLS handshake of a control connection to `addr` under `trust`; returns the
