@@ -106,14 +106,17 @@ impl ServerTlsArgs {
         let identity = match (&self.cert, &self.key) {
             (Some(cert), Some(key)) => Identity::from_pem_files(cert, key),
             _ => {
-                let dir = self.state_dir.clone().or_else(default_state_dir).ok_or_else(|| {
-                    bad_input("no state directory for the TLS identity: give --state-dir DIR (or --cert and --key)")
-                })?;
                 let mut names: Vec<String> = host_name().into_iter().collect();
                 if !listen.ip().is_unspecified() {
                     names.push(listen.ip().to_string());
                 }
-                Identity::load_or_create(&dir, &names)
+                match self.state_dir.clone().or_else(default_state_dir) {
+                    Some(dir) => Identity::load_or_create(&dir, &names),
+                    None => {
+                        tracing::warn!("no state directory ($SLUICE_STATE_DIR, $XDG_STATE_HOME, $HOME): this run's TLS certificate is new and changes at the next start");
+                        Identity::ephemeral(&names)
+                    }
+                }
             }
         }
         .map_err(bad_input)?;

@@ -45,24 +45,34 @@ impl Identity {
 
     /// The identity kept in `state_dir` ([`IDENTITY_FILE`]), created there (a new
     /// ECDSA P-256 key and a self-signed certificate for `names`) when missing. The
-    /// file is written atomically with mode 0600.
+    /// file is written atomically with mode 0600. Where it cannot be written (a
+    /// read-only file system), the new identity serves this run only, with a warning:
+    /// clients that pinned it will see a changed certificate after a restart.
     ///
     /// # Errors
-    /// The directory or file cannot be created or read.
+    /// The file exists but cannot be read or holds no certificate and key.
     pub fn load_or_create(state_dir: &Path, names: &[String]) -> Result<Identity, EngineError> {
         let file = state_dir.join(IDENTITY_FILE);
         if file.exists() {
             return Identity::from_pem_files(&file, &file);
         }
-        let (pem, _) = self_signed_pem(names)?;
-        std::fs::DirBuilder::new()
+        let (pem, identity) = self_signed_pem(names)?;
+        let kept = std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(state_dir)
-            .map_err(|e| config_error(state_dir, "--state-dir", e))?;
-        write_private(&file, pem.as_bytes()).map_err(|e| config_error(&file, "--state-dir", e))?;
-        tracing::info!("created a TLS identity in {}", file.display());
-        Identity::from_pem_files(&file, &file)
+            .and_then(|()| write_private(&file, pem.as_bytes()));
+        match kept {
+            // Read back: a daemon started at the same moment may have renamed its own.
+            Ok(()) => Identity::from_pem_files(&file, &file),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot keep the TLS identity in {}: {e}; this run's certificate is new and changes at the next start",
+                    file.display()
+                );
+                Ok(identity)
+            }
+        }
     }
 
     /// A self-signed identity held in memory only (a one-shot server).

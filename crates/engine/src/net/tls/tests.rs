@@ -248,6 +248,15 @@ fn a_state_directory_identity_is_created_once_private_and_reused() {
     let b = Identity::load_or_create(&state, &["other".into()]).expect("reused");
     assert_eq!(a.fingerprint(), b.fingerprint());
     ServerTls::new(&b, Encrypt::Auto).expect("a usable identity");
+    // A state directory that cannot be created (under a file): this run's own identity.
+    let blocked = state.join(IDENTITY_FILE).join("sub");
+    let c = Identity::load_or_create(&blocked, &["localhost".into()]).expect("in memory");
+    assert_ne!(c.fingerprint(), a.fingerprint());
+    assert!(!blocked.exists());
+    // A corrupt identity file is an error naming it.
+    std::fs::write(state.join(IDENTITY_FILE), "not PEM").expect("write");
+    let err = Identity::load_or_create(&state, &[]).expect_err("corrupt");
+    assert!(err.to_string().contains(IDENTITY_FILE), "{err}");
 }
 
 /// CPU seconds (user + system) this process has used.
