@@ -278,7 +278,7 @@ fn cpu_seconds() -> f64 {
 fn link_cost() {
     const N: usize = 2 << 30;
     const CHUNK: usize = 4 << 20;
-    for tls in [false, true] {
+    for tls in [false, true, false, true, false, true] {
         let (client, server) = if tls {
             let (c, s, _) = pair();
             (c, s)
