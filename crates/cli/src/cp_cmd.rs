@@ -2,6 +2,7 @@
 
 use crate::exit::{bad_input, ExitCode};
 use crate::plan_cmd::{parse_bytes, JobArgs, Side};
+use crate::tls_args::{ClientTlsArgs, ServerTlsArgs};
 use crate::topo_cmd::load_machine;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
@@ -94,6 +95,8 @@ pub struct CpArgs {
     pub token_file: Option<PathBuf>,
     #[command(flatten)]
     pub ssh: crate::ssh::SshArgs,
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
 }
 
 /// Arguments of `sluice serve`.
@@ -119,11 +122,33 @@ pub struct ServeArgs {
     /// Connections (control + data) served at once.
     #[arg(long, value_name = "N", default_value_t = 256)]
     pub max_connections: usize,
-    /// Print the listening address and plan as one JSON line when ready.
+    /// Print the listening address, plan and certificate fingerprint as one JSON line
+    /// when ready.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub shared: crate::serve_args::SharedArgs,
+    #[command(flatten)]
+    pub tls: ServerTlsArgs,
+}
+
+/// Trusts exactly the certificate the far side announced over the ssh channel (which
+/// ssh already authenticated), for every connection of the copy. A far side without
+/// one can only be reached through the tunnel (`--via-ssh`), never in clear text.
+fn pin_far_side(cfg: &mut CopyConfig, fingerprint: Option<&str>, via_ssh: bool) -> Result<()> {
+    match fingerprint {
+        Some(f) => {
+            let fp = f
+                .parse()
+                .map_err(|e| anyhow::anyhow!("the far side's ready line: {e}"))?;
+            cfg.tls.trust = sluice_engine::net::tls::Trust::Pinned(fp);
+        }
+        None if !via_ssh => anyhow::bail!(
+            "the far side announced no TLS certificate: refusing to copy in clear text (upgrade it, or use --via-ssh)"
+        ),
+        None => {}
+    }
+    Ok(())
 }
 
 /// Reads a shared secret from a file (one trailing newline ignored).
@@ -170,11 +195,11 @@ fn unbind(plan: &mut Plan) {
     }
 }
 
-/// Says the daemon is ready: its address and plan as one JSON line (`--json`), or one
-/// line on stderr.
-fn announce(args: &ServeArgs, addr: SocketAddr, plan: &Plan) {
+/// Says the daemon is ready: its address, plan and certificate fingerprint as one JSON
+/// line (`--json`), or one line on stderr.
+fn announce(args: &ServeArgs, addr: SocketAddr, plan: &Plan, fingerprint: &str) {
     if args.json {
-        let v = serde_json::json!({ "listen": addr.to_string(), "root": args.root, "accounts": args.shared.accounts, "plan": plan });
+        let v = serde_json::json!({ "listen": addr.to_string(), "root": args.root, "accounts": args.shared.accounts, "plan": plan, "fingerprint": fingerprint });
         let _ = crate::output::stdout(&(format!("{v}") + "\n"));
     } else {
         let what = match (&args.root, &args.shared.accounts) {
@@ -183,7 +208,7 @@ fn announce(args: &ServeArgs, addr: SocketAddr, plan: &Plan) {
             (None, None) => String::new(),
         };
         crate::output::stderr_line(&format!(
-            "sluice: serving {what} on {addr} (policy {}, {} channel(s), {} MiB of buffers)",
+            "sluice: serving {what} on {addr} (policy {}, {} channel(s), {} MiB of buffers, certificate {fingerprint})",
             plan.policy,
             plan.channels.len(),
             plan.buffer_bytes() >> 20
@@ -221,6 +246,7 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
         planner: sluice_engine::codec::Planner::Daemon,
         ..args.job.clone()
     };
+    let tls = args.tls.server_tls(args.listen)?;
     let machine = load_machine(&args.topology)?;
     let runtime = runtime_on(&machine, &job, &args.topology, Side::Both)?;
     let listener = TcpListener::bind(args.listen)
@@ -234,7 +260,8 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
     for (nic, ip) in &nic_addresses {
         tracing::info!("advertising {ip} for the data connections of the channel of {nic}");
     }
-    announce(args, listener.local_addr()?, runtime.plan());
+    let fingerprint = tls.fingerprint().to_string();
+    announce(args, listener.local_addr()?, runtime.plan(), &fingerprint);
     let cfg = ServeConfig {
         root,
         token,
@@ -243,6 +270,7 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
         max_connections: args.max_connections,
         runtime,
         nic_addresses,
+        tls,
     };
     match serve_shared(listener, cfg, shared) {
         Ok(drained) => Ok(crate::serve_args::report_drain(&drained)),
@@ -309,6 +337,7 @@ impl CpArgs {
             dest,
             opts,
             token,
+            tls: self.tls.client_tls()?,
         })
     }
 }
@@ -334,10 +363,9 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
     let runtime = runtime_for(&job, "this", side)?;
     // `cfg` now names the far side's address.
     let far = starting.map(|s| s.ready(&mut cfg, &args.ssh)).transpose()?;
-    // TLS (connected to the TLS trust at merge): the far side's certificate fingerprint
-    // from its ready line, to pin as this copy's trust; `None` until the far side has TLS.
-    let fingerprint: Option<String> = far.as_ref().and_then(|f| f.fingerprint().map(String::from));
-    tracing::debug!("far side's certificate fingerprint: {fingerprint:?}");
+    if let Some(f) = &far {
+        pin_far_side(&mut cfg, f.fingerprint(), args.ssh.via_ssh)?;
+    }
     let stats = Arc::new(Stats::new());
     let progress = (!args.json && std::io::stderr().is_terminal()).then(|| spawn_progress(&stats));
     let result = copy(&cfg, &runtime, &stats);

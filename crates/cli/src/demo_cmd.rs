@@ -150,6 +150,7 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
             ..job_options(&args.job)?
         },
         token: None,
+        tls: sluice_engine::net::tls::ClientTls::default(),
     };
     let stats = Arc::new(Stats::new());
     copy(&cfg, &client_runtime, &stats)?;
@@ -192,6 +193,7 @@ fn start_daemon(args: &DemoArgs, machine: &Machine, dst: &Path) -> Result<Socket
         max_connections: 64,
         runtime: server_runtime,
         nic_addresses: Vec::new(),
+        tls: sluice_engine::net::tls::ServerTls::ephemeral(sluice_engine::net::tls::Encrypt::Auto)?,
     };
     std::thread::Builder::new()
         .name("daemon".into())

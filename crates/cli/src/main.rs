@@ -20,6 +20,7 @@ mod serve_args;
 mod ssh;
 mod stream_cmd;
 mod svg;
+mod tls_args;
 mod topo_cmd;
 
 use clap::{Parser, Subcommand};

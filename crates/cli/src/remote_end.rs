@@ -12,6 +12,7 @@ use crate::plan_cmd::{JobArgs, Side};
 use crate::remote::{split_remote_path, Ready};
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, ValueEnum};
+use sluice_engine::net::tls::{Encrypt, ServerTls};
 use sluice_engine::oneshot::{serve_one, OneShotConfig};
 use sluice_wire::{Direction, Token};
 use std::io::{BufRead, Read, Write};
@@ -76,10 +77,13 @@ pub fn run(args: &OneShotArgs) -> Result<ExitCode> {
         ..args.job.clone()
     };
     let runtime = runtime_for(&job, "this", side)?;
+    // A certificate of this session's own; ssh carries its fingerprint to the client,
+    // which pins it. Through the tunnel (`--via-ssh`) connections arrive from loopback
+    // and may stay clear (ssh encrypts them); direct ones must be TLS.
+    let tls = ServerTls::ephemeral(Encrypt::Auto)?;
     let ready = Ready {
         addr: SocketAddr::new(ip, listener.local_addr()?.port()),
-        // TLS (connected to the TLS trust at merge): the certificate's fingerprint.
-        fingerprint: None,
+        fingerprint: Some(tls.fingerprint().to_string()),
     };
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", ready.line()).and_then(|()| out.flush())?;
@@ -93,6 +97,7 @@ pub fn run(args: &OneShotArgs) -> Result<ExitCode> {
         io_threads: args.job.io_threads,
         read_depth: args.job.read_depth,
         wait: Duration::from_secs(args.wait),
+        tls,
     };
     let result = serve_one(&listener, &cfg);
     done.store(true, Ordering::SeqCst);

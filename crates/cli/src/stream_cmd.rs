@@ -4,6 +4,7 @@
 use crate::cp_cmd::read_token;
 use crate::exit::{bad_input, ExitCode};
 use crate::plan_cmd::{parse_bytes, JobArgs, Side};
+use crate::tls_args::{ClientTlsArgs, ServerTlsArgs};
 use crate::topo_cmd::load_machine;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
@@ -52,6 +53,8 @@ pub struct SendArgs {
     /// Print the summary as JSON on stderr.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
 }
 
 /// Arguments of `sluice stream recv`.
@@ -71,9 +74,12 @@ pub struct RecvArgs {
     pub insecure_no_auth: bool,
     #[command(flatten)]
     pub job: JobArgs,
-    /// Print the listening address and the summary as JSON lines on stderr.
+    /// Print the listening address (with the certificate's fingerprint) and the summary
+    /// as JSON lines on stderr.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub tls: ServerTlsArgs,
 }
 
 /// Streams need slots that hold a whole record: 16 MiB unless --chunk-size says more.
@@ -116,6 +122,7 @@ fn send(a: &SendArgs) -> Result<ExitCode> {
             .map_err(|_| bad_input(format!("--record-size {record} is too large")))?,
         compress: a.compress.parse::<CompressMode>().map_err(bad_input)?,
         token: a.token_file.as_ref().map(read_token).transpose()?,
+        tls: a.tls.client_tls()?,
     };
     let runtime = stream_runtime(&a.job, Side::Send)?;
     let summary = match &a.input {
@@ -138,6 +145,7 @@ fn recv(a: &RecvArgs) -> Result<ExitCode> {
             a.listen
         )));
     }
+    let tls = a.tls.server_tls(a.listen)?;
     let runtime = stream_runtime(&a.job, Side::Recv)?;
     let listener =
         TcpListener::bind(a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
@@ -145,10 +153,13 @@ fn recv(a: &RecvArgs) -> Result<ExitCode> {
     if a.json {
         crate::output::stderr_line(&format!(
             "{}",
-            serde_json::json!({ "listen": addr.to_string() })
+            serde_json::json!({ "listen": addr.to_string(), "fingerprint": tls.fingerprint().to_string() })
         ));
     } else {
-        crate::output::stderr_line(&format!("sluice: waiting for a stream on {addr}"));
+        crate::output::stderr_line(&format!(
+            "sluice: waiting for a stream on {addr} (certificate {})",
+            tls.fingerprint()
+        ));
     }
     let summary = match &a.output {
         Some(p) => {
@@ -157,11 +168,12 @@ fn recv(a: &RecvArgs) -> Result<ExitCode> {
             receive_to(
                 &listener,
                 token,
+                &tls,
                 runtime,
                 std::io::BufWriter::with_capacity(1 << 20, f),
             )?
         }
-        None => receive_to(&listener, token, runtime, std::io::stdout().lock())?,
+        None => receive_to(&listener, token, &tls, runtime, std::io::stdout().lock())?,
     };
     report(&summary, a.json);
     Ok(ExitCode::Ok)

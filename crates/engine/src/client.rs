@@ -3,6 +3,7 @@
 use crate::error::EngineError;
 use crate::fs::spec::{map_copy, CopyArgs};
 use crate::fs::{FsError, Root};
+use crate::net::tls::ClientTls;
 use crate::runtime::Runtime;
 use crate::session::{self, run_role, Connections, DestMap, Role};
 use crate::source::ScanSpec;
@@ -93,6 +94,8 @@ pub struct CopyConfig {
     pub opts: SessionOptions,
     /// Shared secret for the daemon.
     pub token: Option<Token>,
+    /// Encryption and trust (`--encrypt`, `--known-hosts`, `--ca`).
+    pub tls: ClientTls,
 }
 
 /// Bad input found before any connection was made (exit code 2).
@@ -173,6 +176,7 @@ fn third_party(
         addr: addr.to_string(),
         path: path.to_string(),
         token: cfg.token.clone(),
+        tls: cfg.tls.clone(),
     };
     crate::thirdparty::copy(
         &party(src_addr, src_path),
@@ -354,7 +358,7 @@ fn start_session(
         path: path.to_string(),
         options: cfg.opts.open_options(),
     };
-    let opened = session::open_session(addr, cfg.token.clone(), open)?;
+    let opened = session::open_session(addr, cfg.token.clone(), open, &cfg.tls)?;
     let opts = cfg
         .opts
         .accepted(&opened.accept, opened.capabilities, runtime.chunk_bytes())

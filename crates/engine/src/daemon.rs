@@ -15,6 +15,7 @@ use crate::error::EngineError;
 use crate::fs::Root;
 use crate::guard::{AddressTicket, Armed, Guard, Watchdog};
 use crate::net::accept;
+use crate::net::tls::{Link, ServerTls};
 use crate::options::{ServerSide, SessionOptions};
 use crate::runtime::Runtime;
 use crate::session::{run_role, Connections, HANDSHAKE_TIMEOUT};
@@ -59,6 +60,8 @@ pub struct ServeConfig {
     /// it (Tyche's channels mapped to NICs). Empty: clients use the address they dialled
     /// (a daemon listening on one address can only be reached there).
     pub nic_addresses: Vec<(String, std::net::IpAddr)>,
+    /// TLS: the identity presented and the clear-text policy (`--encrypt`).
+    pub tls: ServerTls,
 }
 
 /// Where each of `streams` data connections should go: data connection `i` is served
@@ -98,7 +101,9 @@ pub fn stream_addresses<'a>(
 /// A session waiting for its data connections.
 struct Pending {
     table: JoinTable,
-    streams: Sender<(u16, TcpStream)>,
+    streams: Sender<(u16, Link)>,
+    /// Its control connection is TLS: so must its data connections be.
+    encrypted: bool,
 }
 
 struct Daemon {
@@ -245,14 +250,16 @@ impl Daemon {
 
     /// Answers `Busy` with `why` and audits the refusal.
     fn refuse(&self, stream: TcpStream, peer: &str, why: &str) {
-        let mut w = FrameWriter::new(stream);
+        // In clear text, before any TLS: the client learns why it was turned away.
+        let mut w = FrameWriter::new(Link::plain(stream));
         let _ = w.send(&ErrorFrame::new(ErrorCode::Busy, why));
         self.audit
             .refused(peer, ErrorCode::Busy.name(), Duration::ZERO);
     }
 
     fn handle(&self, stream: TcpStream, conn: &mut Conn) -> Result<(), EngineError> {
-        let (mut reader, mut writer) = accept::incoming(stream)?;
+        // The watchdog armed on the socket covers the TLS handshake too.
+        let (mut reader, mut writer) = accept::incoming(stream, &self.cfg.tls)?;
         let first = accept::read_first(&mut reader, &mut writer);
         if conn.armed.fired() {
             self.audit
@@ -262,11 +269,14 @@ impl Daemon {
                 message: "no first frame within the handshake deadline".into(),
             });
         }
-        match first? {
-            None => Ok(()),
-            Some(Frame::Join(join)) => self.join(&join, reader, writer, conn),
-            Some(hello @ Frame::Hello(_)) => self.control(hello, &mut reader, &mut writer, conn),
-            Some(other) => {
+        let Some(first) = first? else {
+            return Ok(());
+        };
+        accept::admit(&reader, &mut writer, &self.cfg.tls)?;
+        match first {
+            Frame::Join(join) => self.join(&join, reader, writer, conn),
+            hello @ Frame::Hello(_) => self.control(hello, &mut reader, &mut writer, conn),
+            other => {
                 let msg = format!("expected Hello or Join, got {}", other.frame_type().name());
                 let _ = writer.send(&ErrorFrame::new(ErrorCode::BadFrame, &msg));
                 Err(EngineError::Unexpected {
@@ -351,6 +361,10 @@ impl Daemon {
                 message: format!("join for unknown session {}", join.session_id),
             });
         };
+        if p.encrypted && !reader.is_tls() {
+            drop(pending);
+            return accept::refuse_clear(&reader, writer, accept::ENCRYPTED_SESSION);
+        }
         let joined = p.table.handle(join, &mut out);
         let streams = p.streams.clone();
         drop(pending);
@@ -362,7 +376,7 @@ impl Daemon {
                 "the join came after the handshake deadline".into(),
             ));
         }
-        if let (Ok(peer), Ok(local)) = (stream.peer_addr(), stream.local_addr()) {
+        if let (Ok(peer), Ok(local)) = (stream.stream().peer_addr(), stream.stream().local_addr()) {
             tracing::info!(
                 "session {}: data connection {index} from {peer} on {local}",
                 join.session_id
@@ -448,19 +462,19 @@ impl Daemon {
         let about = describe(&what, rec);
         let watched = self.dog.watch(
             about,
-            vec![writer.stream_clone()?],
+            vec![tcp_clone(&writer.stream_clone()?)?],
             crate::guard::idle_timeout(self.guard.limits(), sends, chunk_acks),
         );
         let data = match &delegate {
             Some(d) => {
-                let data = deliver::dial(d)?;
+                let data = deliver::dial(d, self.cfg.tls.encrypt())?;
                 // Only `Accept`: the data connections went elsewhere, no `Addresses`.
                 writer.send(&Frame::Accept(accept.clone()))?;
                 data
             }
             None => self.gather(est, &accept, open.direction, reader.peer(), writer)?,
         };
-        watched.add(data.iter().filter_map(|d| d.try_clone().ok()).collect());
+        watched.add(data.iter().filter_map(|d| tcp_clone(d).ok()).collect());
         let _ = reader.set_timeout(None);
         let conns = Connections {
             reader: std::mem::replace(reader, FrameReader::new(writer.stream_clone()?)),
@@ -530,12 +544,16 @@ impl Daemon {
         direction: Direction,
         peer: &str,
         writer: &mut FrameWriter,
-    ) -> Result<Vec<TcpStream>, EngineError> {
+    ) -> Result<Vec<Link>, EngineError> {
         let streams = accept.streams();
         let (tx, rx) = bounded(usize::from(streams));
         let table = JoinTable::new(accept, est.join_key(&accept.session_secret));
-        self.pending_map()
-            .insert(accept.session_id, Pending { table, streams: tx });
+        let pending = Pending {
+            table,
+            streams: tx,
+            encrypted: writer.is_tls(),
+        };
+        self.pending_map().insert(accept.session_id, pending);
         let addresses = self.addresses(streams, direction);
         let sent = accept::send_accept(writer, est, accept, addresses);
         let data = sent.and_then(|()| collect_streams(&rx, streams, peer));
@@ -573,14 +591,21 @@ impl Daemon {
     }
 }
 
+/// Another handle of a link's socket, for the watchdog (which only shuts sockets down).
+fn tcp_clone(link: &Link) -> Result<TcpStream, EngineError> {
+    link.stream()
+        .try_clone()
+        .map_err(|e| EngineError::io("cloning a socket", e))
+}
+
 /// The data connections of a session in stream order, as their joins arrive on `rx`,
 /// within [`HANDSHAKE_TIMEOUT`].
 fn collect_streams(
-    rx: &Receiver<(u16, TcpStream)>,
+    rx: &Receiver<(u16, Link)>,
     streams: u16,
     peer: &str,
-) -> Result<Vec<TcpStream>, EngineError> {
-    let mut conns: Vec<Option<TcpStream>> = (0..streams).map(|_| None).collect();
+) -> Result<Vec<Link>, EngineError> {
+    let mut conns: Vec<Option<Link>> = (0..streams).map(|_| None).collect();
     let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
     let mut got = 0;
     while got < usize::from(streams) {
@@ -601,7 +626,7 @@ fn collect_streams(
             message: format!("only {got} of {streams} data connections joined in time"),
         });
     }
-    let conns: Vec<TcpStream> = conns.into_iter().flatten().collect();
+    let conns: Vec<Link> = conns.into_iter().flatten().collect();
     debug_assert_eq!(conns.len(), usize::from(streams));
     Ok(conns)
 }

@@ -10,14 +10,14 @@
 //! passed since it started: then it gives up.
 
 use crate::error::EngineError;
-use crate::fs::{EntryKind, Root};
+use crate::fs::Root;
 use crate::net::accept;
+use crate::net::tls::{Link, ServerTls};
 use crate::options::{ServerSide, SessionOptions};
 use crate::runtime::Runtime;
-use crate::session::{self, run_role, source_start, Connections, DestMap, Role, HANDSHAKE_TIMEOUT};
-use crate::source::ScanSpec;
+use crate::session::{self, run_role, Connections, HANDSHAKE_TIMEOUT};
 use crate::stats::{Stats, Summary};
-use crate::transport::{self, FrameReader, FrameWriter};
+use crate::transport::{FrameReader, FrameWriter};
 use sluice_wire::{
     Addresses, Capabilities, Direction, ErrorCode, ErrorFrame, Established, Frame, JoinTable, Open,
     Token,
@@ -52,6 +52,9 @@ pub struct OneShotConfig {
     /// How long to wait for the client's control connection (and for each data
     /// connection) before giving up.
     pub wait: Duration,
+    /// This side's TLS identity (made for this one session; its fingerprint travels to
+    /// the client over the ssh channel) and clear-text policy.
+    pub tls: ServerTls,
 }
 
 /// Serves exactly one session on `listener` and returns its summary.
@@ -69,7 +72,8 @@ pub fn serve_one(listener: &TcpListener, cfg: &OneShotConfig) -> Result<Summary,
             state: "waiting for Open".into(),
         });
     };
-    let role = check_open(&open, cfg.direction, &cfg.path).and_then(|()| role_for(&root, &open));
+    let role = check_open(&open, cfg.direction, &cfg.path)
+        .and_then(|()| crate::access::role_for(&root, &open));
     let role = role.inspect_err(|e| {
         let msg = crate::sink::redact_root(&e.to_string(), &root);
         let _ = writer.send(&ErrorFrame::new(e.code(), msg));
@@ -84,7 +88,8 @@ pub fn serve_one(listener: &TcpListener, cfg: &OneShotConfig) -> Result<Summary,
     let stats = Arc::new(Stats::new());
     let sends = open.direction == Direction::Pull;
     session::state_threads_beyond_plan(&cfg.runtime, &opts, sends, &stats, "the one session");
-    let data = gather(listener, &est, &opts, &mut writer, deadline_from_now(cfg))?;
+    let encrypted = writer.is_tls();
+    let data = gather(listener, &est, &opts, &mut writer, cfg, encrypted)?;
     reader
         .set_timeout(None)
         .map_err(|e| EngineError::io("clearing a timeout", e))?;
@@ -111,7 +116,7 @@ fn first_session(
     let mut last = None;
     for _ in 0..MAX_ATTEMPTS {
         let stream = accept_before(listener, deadline, "the client's control connection")?;
-        match handshake(stream, &cfg.token, deadline) {
+        match handshake(stream, cfg, deadline) {
             Ok(done) => return Ok(done),
             Err(e) => {
                 tracing::warn!("a connection failed the handshake: {e}");
@@ -127,17 +132,20 @@ fn first_session(
 /// beyond it).
 fn handshake(
     stream: TcpStream,
-    token: &Token,
+    cfg: &OneShotConfig,
     deadline: Instant,
 ) -> Result<(FrameReader, FrameWriter, Established), EngineError> {
-    let (mut reader, mut writer) = accept::incoming(stream)?;
+    let token = &cfg.token;
+    let (mut reader, mut writer) = accept::incoming(stream, &cfg.tls)?;
     let left = deadline.saturating_duration_since(Instant::now());
     reader
         .set_timeout(Some(
             left.clamp(Duration::from_millis(100), HANDSHAKE_TIMEOUT),
         ))
         .map_err(|e| EngineError::io("setting a timeout", e))?;
-    let hello = match accept::read_first(&mut reader, &mut writer)? {
+    let first = accept::read_first(&mut reader, &mut writer)?;
+    accept::admit(&reader, &mut writer, &cfg.tls)?;
+    let hello = match first {
         Some(hello @ Frame::Hello(_)) => hello,
         other => {
             let _ = writer.send(&ErrorFrame::new(ErrorCode::BadFrame, "expected Hello"));
@@ -222,86 +230,62 @@ fn check_open(open: &Open, direction: Direction, path: &str) -> Result<(), Engin
     Ok(())
 }
 
-/// The half of the session this side runs, by the daemon's path rules: a sink for a
-/// push (the destination's directory created), a source for a pull (which must exist).
-fn role_for(root: &Arc<Root>, open: &Open) -> Result<Role, EngineError> {
-    let raw = open.path.as_str();
-    let refused = |code, message: String| EngineError::Refused { code, message };
-    if open.direction == Direction::Push {
-        let is_dir = |p: &_| {
-            root.entry_metadata(p)
-                .is_ok_and(|m| m.kind == EntryKind::Dir)
-        };
-        let dest = DestMap::for_destination(raw, is_dir).map_err(|m| {
-            refused(
-                ErrorCode::PathOutsideRoot,
-                format!("destination {raw:?}: {m}"),
-            )
-        })?;
-        if let Some(base) = &dest.base {
-            root.create_dir_all(base, 0o755)?;
-        }
-        let root = Arc::clone(root);
-        return Ok(Role::Sink { root, dest });
-    }
-    let (start, prefix) = source_start(raw)
-        .map_err(|m| refused(ErrorCode::PathOutsideRoot, format!("source {raw:?}: {m}")))?;
-    if let Some(s) = &start {
-        if !root.exists(s)? {
-            let message = format!("{raw:?} does not exist on the far side");
-            return Err(refused(ErrorCode::NotFound, message));
-        }
-        let kind = root.entry_metadata(s)?.kind;
-        if prefix.is_none() && !matches!(kind, EntryKind::Dir | EntryKind::Symlink) {
-            let message =
-                format!("{raw:?} is not a directory, but the trailing '/' asks for its contents");
-            return Err(refused(ErrorCode::NotFound, message));
-        }
-    }
-    let root = Arc::clone(root);
-    Ok(Role::Source(vec![ScanSpec {
-        root,
-        start,
-        prefix,
-    }]))
-}
-
 /// Sends `Accept` (no addresses: the client dials the address it reached the control
 /// connection at) and takes the session's data connections off the listener, each
-/// before `deadline`, in stream order.
+/// within `cfg.wait`, in stream order; each must be TLS when the session is
+/// `encrypted`. A connection that fails to join is dropped and the next one taken.
 fn gather(
     listener: &TcpListener,
     est: &Established,
     opts: &SessionOptions,
     writer: &mut FrameWriter,
-    deadline: Instant,
-) -> Result<Vec<TcpStream>, EngineError> {
+    cfg: &OneShotConfig,
+    encrypted: bool,
+) -> Result<Vec<Link>, EngineError> {
+    let deadline = deadline_from_now(cfg);
     let accept = accept::new_accept(opts.streams, opts.chunk_bytes)?;
     let mut table = JoinTable::new(&accept, est.join_key(&accept.session_secret));
     accept::send_accept(writer, est, &accept, Addresses::default())?;
     let streams = usize::from(accept.streams());
-    let mut conns: Vec<Option<TcpStream>> = (0..streams).map(|_| None).collect();
+    let mut conns: Vec<Option<Link>> = (0..streams).map(|_| None).collect();
     let mut got = 0;
     while got < streams {
         let s = accept_before(listener, deadline, "the session's data connections")?;
-        let (mut reader, mut w) = transport::control_halves(s)?;
-        let joined = match reader.next("joining") {
-            Ok(Some(Frame::Join(join))) => accept::answer_join(&mut table, &join, reader, &mut w),
-            _ => {
-                let _ = w.send(&ErrorFrame::new(ErrorCode::BadFrame, "expected Join"));
-                continue;
-            }
-        };
-        match joined {
-            Ok((i, stream)) => {
+        match join_one(s, &mut table, &cfg.tls, encrypted) {
+            Ok((i, link)) => {
                 if let Some(slot) = conns.get_mut(usize::from(i)) {
-                    got += usize::from(slot.replace(stream).is_none());
+                    got += usize::from(slot.replace(link).is_none());
                 }
             }
             Err(e) => tracing::warn!("a data connection failed to join: {e}"),
         }
     }
     Ok(conns.into_iter().flatten().collect())
+}
+
+/// One data connection's TLS (when its first byte opens it), policy and `Join`.
+fn join_one(
+    s: TcpStream,
+    table: &mut JoinTable,
+    tls: &ServerTls,
+    encrypted: bool,
+) -> Result<(u16, Link), EngineError> {
+    let (mut reader, mut w) = accept::incoming(s, tls)?;
+    let first = reader.next("joining")?;
+    accept::admit(&reader, &mut w, tls)?;
+    if encrypted && !reader.is_tls() {
+        accept::refuse_clear(&reader, &mut w, accept::ENCRYPTED_SESSION)?;
+    }
+    match first {
+        Some(Frame::Join(join)) => accept::answer_join(table, &join, reader, &mut w),
+        _ => {
+            let _ = w.send(&ErrorFrame::new(ErrorCode::BadFrame, "expected Join"));
+            Err(EngineError::Handshake {
+                peer: reader.peer().to_string(),
+                message: "expected Join".into(),
+            })
+        }
+    }
 }
 
 #[cfg(test)]

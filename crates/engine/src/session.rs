@@ -13,6 +13,7 @@ pub use crate::net::handshake::{client_handshake, random, server_handshake, HAND
 use crate::control::{spawn_reader, spawn_writer, Wiring};
 use crate::error::EngineError;
 use crate::fs::Root;
+use crate::net::tls::Link;
 use crate::runtime::Runtime;
 use crate::source::ScanSpec;
 use crate::stats::Stats;
@@ -20,7 +21,6 @@ use crate::transport::{ChunkReceiver, ChunkSender, FrameReader};
 use crate::SessionOptions;
 use sluice_placement::Role as PlanRole;
 use sluice_wire::{ErrorFrame, Frame, RelPath};
-use std::net::TcpStream;
 use std::sync::Arc;
 
 /// Where the sink puts what arrives: under `base`, with the top-level name replaced by
@@ -162,9 +162,9 @@ pub(crate) struct Connections {
     /// The control connection's reading half.
     pub reader: FrameReader,
     /// A handle of the control connection for the writer thread.
-    pub control_stream: TcpStream,
+    pub control_stream: Link,
     /// The data connections in stream order.
-    pub data: Vec<TcpStream>,
+    pub data: Vec<Link>,
 }
 
 /// Runs one side of a session once its connections are up, counting into `stats`. A

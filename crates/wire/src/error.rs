@@ -199,6 +199,9 @@ error_codes! {
     JoinRejected = 15, Abort;
     /// The session was cancelled by a user.
     Cancelled = 16, Abort;
+    /// The server requires TLS and the client spoke clear text (the message names the
+    /// server's `--encrypt` setting).
+    EncryptionRequired = 17, Abort;
 }
 
 impl std::fmt::Display for ErrorCode {

@@ -12,6 +12,7 @@ fn config(paths: &[&str]) -> CopyConfig {
         dest: Endpoint::parse(dest).unwrap(),
         opts: SessionOptions::default(),
         token: None,
+        tls: sluice_engine::net::tls::ClientTls::default(),
     }
 }
 

@@ -52,6 +52,8 @@ pub struct Daemon {
     pub child: ChildGuard,
     /// `127.0.0.1:PORT`.
     pub addr: String,
+    /// The `sha256:...` fingerprint of the certificate it presents.
+    pub fingerprint: String,
     log: PathBuf,
     _logdir: tempfile::TempDir,
 }
@@ -67,6 +69,9 @@ impl Daemon {
     pub fn start_with(root: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let logdir = tempfile::tempdir().expect("a temp dir");
         let log = logdir.path().join("daemon.log");
+        // Its TLS identity lives in the log directory unless `extra` names one.
+        let state = logdir.path().join("state");
+        let own_identity = extra.contains(&"--state-dir") || extra.contains(&"--cert");
         let mut cmd = Command::new(BIN);
         cmd.arg("serve")
             // An accounts file names the roots itself (and conflicts with --root).
@@ -94,6 +99,11 @@ impl Daemon {
                     .flatten(),
             )
             .args(extra)
+            .args(if own_identity {
+                Vec::new()
+            } else {
+                vec!["--state-dir".into(), state.into_os_string()]
+            })
             .env_remove("SLUICE_LOG")
             .env_remove(FAULT_CORRUPT)
             .envs(env.iter().copied())
@@ -119,6 +129,7 @@ impl Daemon {
         };
         let v: Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("serve --json line is not JSON ({e}): {line}"));
+        let fingerprint = v["fingerprint"].as_str().unwrap_or_default().to_string();
         let addr = v["listen"]
             .as_str()
             .unwrap_or_else(|| panic!("no \"listen\" in {line}"))
@@ -133,6 +144,7 @@ impl Daemon {
         Daemon {
             child,
             addr,
+            fingerprint,
             log,
             _logdir: logdir,
         }

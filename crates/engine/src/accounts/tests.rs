@@ -225,7 +225,7 @@ fn handshake_with(
     let addr = l.local_addr().unwrap();
     let server = std::thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
-        let (mut r, mut w) = control_halves(s).unwrap();
+        let (mut r, mut w) = control_halves(crate::net::tls::Link::plain(s)).unwrap();
         let hello = r.next("hello").unwrap().unwrap();
         let mut proved = None;
         let result =
@@ -240,7 +240,7 @@ fn handshake_with(
         result
     });
     let s = std::net::TcpStream::connect(addr).unwrap();
-    let (mut r, mut w) = control_halves(s).unwrap();
+    let (mut r, mut w) = control_halves(crate::net::tls::Link::plain(s)).unwrap();
     let client = crate::session::client_handshake(&mut r, &mut w, Token::new(token).ok())
         .map(|_| ())
         .map_err(|e| e.to_string());

@@ -3,14 +3,16 @@
 //! answer to a data connection's `Join` against the session's [`JoinTable`].
 //!
 //! A server runs, on a control connection:
-//! [`incoming`] → [`read_first`] (`Hello`) → [`server_handshake`] → [`read_open`] →
+//! [`incoming`] (TLS or clear, by the first byte) → [`read_first`] (`Hello`) →
+//! [`admit`] (the clear-text policy) → [`server_handshake`] → [`read_open`] →
 //! [`new_accept`] + [`send_accept`]; then, for each data connection, [`answer_join`]
 //! (a table the thread owns, or [`accept_join`] straight off a listener), or
 //! [`finish_join`] after the table was consulted under a lock (the daemon's sessions
 //! wait for their joins in a shared map).
 
 pub use super::handshake::server_handshake;
-use super::handshake::{handshake_error, random};
+use super::handshake::{handshake_error, random, HANDSHAKE_TIMEOUT};
+use super::tls::{Link, ServerTls, TLS_HANDSHAKE_BYTE};
 use super::transport::{self, FrameReader, FrameWriter};
 use crate::error::EngineError;
 use sluice_wire::{
@@ -19,14 +21,68 @@ use sluice_wire::{
 };
 use std::net::{TcpListener, TcpStream};
 
-/// A freshly accepted connection, tuned for control traffic and split into its reading
-/// half (with the handshake timeout) and its writing half.
+/// What a clear-text `Join` to an encrypted session is told.
+pub const ENCRYPTED_SESSION: &str = "this session is encrypted: its data connections must be TLS";
+
+/// A freshly accepted connection, tuned for control traffic, its TLS handshake run
+/// when its first byte opens one, and split into its reading half (with the handshake
+/// timeout) and its writing half.
 ///
 /// # Errors
-/// The socket could not be duplicated or configured.
-pub fn incoming(stream: TcpStream) -> Result<(FrameReader, FrameWriter), EngineError> {
+/// The socket could not be duplicated or configured, or the TLS handshake failed.
+pub fn incoming(
+    stream: TcpStream,
+    tls: &ServerTls,
+) -> Result<(FrameReader, FrameWriter), EngineError> {
     let _ = transport::tune(&stream, false);
-    transport::control_halves(stream)
+    let peer = transport::peer_name(&stream);
+    stream
+        .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(|e| EngineError::io("setting a timeout", e))?;
+    let mut first = [0u8; 1];
+    let link = match stream.peek(&mut first) {
+        Ok(1) if first[0] == TLS_HANDSHAKE_BYTE => Link::accept_tls(stream, tls.config())
+            .map_err(|e| handshake_error(&peer, format_args!("TLS: {e}")))?,
+        _ => Link::plain(stream),
+    };
+    transport::control_halves(link)
+}
+
+/// Applies the server's clear-text policy to a connection whose first frame was read:
+/// a TLS connection passes; clear text from a peer the policy refuses is answered with
+/// an `EncryptionRequired` error naming the server's setting.
+///
+/// # Errors
+/// [`EngineError::Refused`] when the peer must encrypt.
+pub fn admit(
+    reader: &FrameReader,
+    writer: &mut FrameWriter,
+    tls: &ServerTls,
+) -> Result<(), EngineError> {
+    if reader.is_tls() {
+        return Ok(());
+    }
+    tls.encrypt()
+        .server_admits_clear(reader.link().stream())
+        .or_else(|setting| refuse_clear(reader, writer, setting))
+}
+
+/// Tells a clear-text peer that encryption is required (`setting` says why).
+///
+/// # Errors
+/// Always: [`EngineError::Refused`].
+pub fn refuse_clear(
+    reader: &FrameReader,
+    writer: &mut FrameWriter,
+    setting: &str,
+) -> Result<(), EngineError> {
+    let code = ErrorCode::EncryptionRequired;
+    let _ = writer.send(&ErrorFrame::new(code, setting));
+    writer.shutdown();
+    Err(EngineError::Refused {
+        code,
+        message: format!("{}: clear text refused ({setting})", reader.peer()),
+    })
 }
 
 /// The first frame of a connection (`Hello` opens a session, `Join` attaches a data
@@ -103,7 +159,7 @@ pub fn answer_join(
     join: &Join,
     reader: FrameReader,
     writer: &mut FrameWriter,
-) -> Result<(u16, TcpStream), EngineError> {
+) -> Result<(u16, Link), EngineError> {
     let mut out = Vec::new();
     let joined = table.handle(join, &mut out);
     finish_join(joined, &out, reader, writer)
@@ -119,30 +175,38 @@ pub fn finish_join(
     out: &[u8],
     reader: FrameReader,
     writer: &mut FrameWriter,
-) -> Result<(u16, TcpStream), EngineError> {
+) -> Result<(u16, Link), EngineError> {
     writer.send_raw(out)?;
     let joined = joined.map_err(|e| handshake_error(reader.peer(), e))?;
     let stream = reader.into_inner()?;
     let _ = stream.set_read_timeout(None);
-    let _ = transport::tune(&stream, true);
+    let _ = transport::tune(stream.stream(), true);
     Ok((joined.stream_index, stream))
 }
 
 /// Accepts the next connection on `listener`, which must be a data connection of the
-/// session `table` belongs to (a server with one session, such as a stream receiver).
+/// session `table` belongs to (a server with one session, such as a stream receiver);
+/// it must be TLS when the session is `encrypted`.
 ///
 /// # Errors
 /// Accepting failed, the connection sent something other than `Join` (answered with an
-/// `Error` frame), or the join was refused.
+/// `Error` frame), it is clear text where TLS is required, or the join was refused.
 pub fn accept_join(
     listener: &TcpListener,
     table: &mut JoinTable,
-) -> Result<(u16, TcpStream), EngineError> {
+    tls: &ServerTls,
+    encrypted: bool,
+) -> Result<(u16, Link), EngineError> {
     let (s, _) = listener
         .accept()
         .map_err(|e| EngineError::io("accepting a data connection", e))?;
-    let (mut reader, mut writer) = transport::control_halves(s)?;
-    match reader.next("joining")? {
+    let (mut reader, mut writer) = incoming(s, tls)?;
+    let first = reader.next("joining")?;
+    admit(&reader, &mut writer, tls)?;
+    if encrypted && !reader.is_tls() {
+        refuse_clear(&reader, &mut writer, ENCRYPTED_SESSION)?;
+    }
+    match first {
         Some(Frame::Join(join)) => answer_join(table, &join, reader, &mut writer),
         _ => {
             let _ = writer.send(&ErrorFrame::new(ErrorCode::BadFrame, "expected Join"));

@@ -2,9 +2,12 @@
 //! `Accept` (and `Addresses`), then one joined data connection per stream.
 
 use super::handshake::{client_handshake, handshake_error, HANDSHAKE_TIMEOUT};
+use super::tls::{secure_control, ClientTls, DataDial, Encrypt, Fingerprint, Link};
 use super::transport::{self, FrameReader, FrameWriter};
 use crate::error::EngineError;
-use sluice_wire::{Accept, Addresses, Capabilities, ClientJoin, Established, Frame, Open, Token};
+use sluice_wire::{
+    Accept, Addresses, Capabilities, ClientJoin, ErrorCode, Established, Frame, Open, Token,
+};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -23,13 +26,17 @@ pub struct Opened {
     /// What the daemon accepted.
     pub accept: Accept,
     /// The data connections, joined.
-    pub data: Vec<TcpStream>,
+    pub data: Vec<Link>,
     /// The capabilities both sides agreed on.
     pub capabilities: Capabilities,
+    /// The fingerprint of the certificate the daemon presented (None: clear text).
+    pub fingerprint: Option<Fingerprint>,
 }
 
 /// Connects to `addrs`, runs the handshake, sends `open`, and joins every data
-/// connection the daemon accepts (used by `cp` and by streams).
+/// connection the daemon accepts (used by `cp` and by streams). `tls` says whether the
+/// connections are encrypted (all of them or none) and whom to trust; the data
+/// connections are pinned to the certificate the control connection presented.
 ///
 /// `addrs` may list several addresses of one daemon, comma-separated (one per NIC):
 /// the control connection goes to the first, data connection `i` to address `i mod n`,
@@ -37,17 +44,27 @@ pub struct Opened {
 ///
 /// # Errors
 /// Connection, handshake, refusal (`Error` frame) or join failures.
-pub fn open_session(addrs: &str, token: Option<Token>, open: Open) -> Result<Opened, EngineError> {
+pub fn open_session(
+    addrs: &str,
+    token: Option<Token>,
+    open: Open,
+    tls: &ClientTls,
+) -> Result<Opened, EngineError> {
     let hosts: Vec<&str> = addrs.split(',').filter(|a| !a.is_empty()).collect();
     let addr = hosts.first().copied().unwrap_or(addrs);
-    let (mut reader, mut writer, est) = connect_control(addr, token)?;
+    let (mut reader, mut writer, est, dial) = connect_control(addr, token, tls)?;
+    let fingerprint = writer.peer_fingerprint();
     writer.send(&Frame::Open(offer_direct(open, &est, addr)))?;
     let (accept, advertised) = read_accept(&mut reader, &est, addr)?;
     let key = est.join_key(&accept.session_secret);
     let mut data = Vec::with_capacity(usize::from(accept.streams()));
     for i in 0..accept.streams() {
         let (s, to) = connect_data(i, &hosts, addr, &advertised)?;
-        data.push(join_data(s, &to, &accept, &key, i)?);
+        let link = match &dial {
+            Some(d) => d.secure(s, HANDSHAKE_TIMEOUT)?,
+            None => Link::plain(s),
+        };
+        data.push(join_data(link, &to, &accept, &key, i)?);
     }
     debug_assert_eq!(data.len(), usize::from(accept.streams()));
     reader
@@ -59,20 +76,51 @@ pub fn open_session(addrs: &str, token: Option<Token>, open: Open) -> Result<Ope
         accept,
         data,
         capabilities: est.capabilities,
+        fingerprint,
     })
 }
 
-/// Opens the control connection to `addr` and runs the client handshake on it.
+/// The control connection and what its handshakes settled: the sluice handshake's
+/// result and, when encrypted, how to open the data connections.
+pub(crate) type Control = (FrameReader, FrameWriter, Established, Option<DataDial>);
+
+/// Opens the control connection to `addr`, encrypted when `tls` says so, and runs the
+/// client handshake on it.
 pub(crate) fn connect_control(
     addr: &str,
     token: Option<Token>,
-) -> Result<(FrameReader, FrameWriter, Established), EngineError> {
+    tls: &ClientTls,
+) -> Result<Control, EngineError> {
     let stream = TcpStream::connect(addr)
         .map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
     transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
-    let (mut reader, mut writer) = transport::control_halves(stream)?;
-    let est = client_handshake(&mut reader, &mut writer, token)?;
-    Ok((reader, writer, est))
+    let (link, dial) = if tls.encrypt.client_encrypts(&stream) {
+        let (link, dial) = secure_control(stream, addr, &tls.trust, HANDSHAKE_TIMEOUT)?;
+        (link, Some(dial))
+    } else {
+        (Link::plain(stream), None)
+    };
+    let (mut reader, mut writer) = transport::control_halves(link)?;
+    let est = client_handshake(&mut reader, &mut writer, token)
+        .map_err(|e| clear_text_refused(e, addr, tls.encrypt))?;
+    Ok((reader, writer, est, dial))
+}
+
+/// A daemon's refusal of clear text as one line naming both sides' settings.
+fn clear_text_refused(e: EngineError, addr: &str, ours: Encrypt) -> EngineError {
+    match e {
+        EngineError::HandshakeRefused {
+            code: ErrorCode::EncryptionRequired,
+            message,
+            ..
+        } => EngineError::Refused {
+            code: ErrorCode::EncryptionRequired,
+            message: format!(
+                "{addr} requires encryption (daemon: {message}; this client: --encrypt {ours})"
+            ),
+        },
+        other => other,
+    }
 }
 
 /// `open` as it may go to a daemon that agreed `est`: direct I/O only where offered.
@@ -109,13 +157,13 @@ pub(crate) fn read_accept(
 /// Joins data connection `i` (already connected to `addr`) to the session, reading
 /// exactly the daemon's answer: on a pull, chunks may follow it at once.
 pub(crate) fn join_data(
-    s: TcpStream,
+    s: Link,
     addr: &str,
     accept: &Accept,
     key: &[u8; 32],
     i: u16,
-) -> Result<TcpStream, EngineError> {
-    transport::tune(&s, true).map_err(|e| EngineError::io("configuring a socket", e))?;
+) -> Result<Link, EngineError> {
+    transport::tune(s.stream(), true).map_err(|e| EngineError::io("configuring a socket", e))?;
     let mut join = ClientJoin::new(accept, key, i).map_err(|e| handshake_error(addr, e))?;
     let mut out = Vec::new();
     join.start(&mut out);

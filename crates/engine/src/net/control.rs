@@ -2,12 +2,12 @@
 //! from every other thread into few syscalls, and one reader thread that turns incoming
 //! frames into messages for the session's master thread.
 
+use super::tls::Link;
 use super::transport::{peer_name, FrameReader};
 use crate::error::EngineError;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_wire::{ChunkAck, Codec, Frame};
 use std::io::Write;
-use std::net::TcpStream;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -33,13 +33,13 @@ impl ControlTx {
 /// Starts the writer thread for `stream`. Dropping every [`ControlTx`] ends it after the
 /// queue is flushed; its result says whether all frames went out.
 pub fn spawn_writer(
-    stream: TcpStream,
+    stream: Link,
 ) -> std::io::Result<(ControlTx, JoinHandle<Result<(), EngineError>>)> {
     let (tx, rx) = bounded::<Frame>(CONTROL_QUEUE_FRAMES);
     let handle = std::thread::Builder::new()
         .name("control-tx".into())
         .spawn(move || {
-            let peer = peer_name(&stream);
+            let peer = peer_name(stream.stream());
             let mut stream = stream;
             let mut buf = Vec::with_capacity(64 << 10);
             while let Ok(frame) = rx.recv() {

@@ -9,6 +9,8 @@
 //! * [`handshake`]: the client and server handshake drivers, OS randomness.
 //! * [`connect`]: the client side of opening a session (`open_session`).
 //! * [`accept`]: the server side, shared by the daemon and the stream receiver.
+//! * [`tls`]: TLS 1.3 on every connection ([`tls::Link`]), the `--encrypt` policy,
+//!   server identities and client trust.
 //! * [`tcp`]: `TCP_INFO`, the congestion control per socket, socket buffers.
 //! * [`path`]: socket buffers sized to the path's bandwidth-delay product (pure).
 
@@ -18,6 +20,7 @@ pub mod control;
 pub mod handshake;
 pub mod path;
 pub mod tcp;
+pub mod tls;
 pub mod transport;
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 use super::accept;
 use super::connect::open_session;
+use super::tls::{ClientTls, Encrypt, Link, ServerTls, Trust};
 use crate::error::EngineError;
 use sluice_wire::{
     Codec, Direction, ErrorCode, Frame, JoinTable, Open, OpenOptions, Token, MIN_CHUNK_BYTES,
@@ -17,11 +18,14 @@ fn serve_one(
     listener: &TcpListener,
     token: Option<Token>,
     streams: u16,
-) -> Result<(Open, Vec<TcpStream>), EngineError> {
+    tls: &ServerTls,
+) -> Result<(Open, Vec<Link>), EngineError> {
     let (s, _) = listener.accept().expect("the control connection");
-    let (mut reader, mut writer) = accept::incoming(s)?;
+    let (mut reader, mut writer) = accept::incoming(s, tls)?;
     let hello = accept::read_first(&mut reader, &mut writer)?.expect("a first frame");
     assert!(matches!(hello, Frame::Hello(_)), "{hello:?}");
+    accept::admit(&reader, &mut writer, tls)?;
+    let encrypted = reader.is_tls();
     let est = accept::server_handshake(hello, &mut reader, &mut writer, token)?;
     let open = accept::read_open(&mut reader)?.expect("an Open");
     let accept = accept::new_accept(streams, MIN_CHUNK_BYTES)?;
@@ -32,9 +36,9 @@ fn serve_one(
         &accept,
         sluice_wire::Addresses::default(),
     )?;
-    let mut conns: Vec<Option<TcpStream>> = (0..streams).map(|_| None).collect();
+    let mut conns: Vec<Option<Link>> = (0..streams).map(|_| None).collect();
     for _ in 0..streams {
-        let (i, s) = accept::accept_join(listener, &mut table)?;
+        let (i, s) = accept::accept_join(listener, &mut table, tls, encrypted)?;
         assert!(
             conns[usize::from(i)].replace(s).is_none(),
             "stream {i} twice"
@@ -54,18 +58,37 @@ fn open_frame(streams: u16) -> Open {
     }
 }
 
-#[test]
-fn a_client_and_a_server_open_a_session_and_its_streams_carry_bytes() {
+fn clear() -> ClientTls {
+    ClientTls {
+        encrypt: Encrypt::Never,
+        ..ClientTls::default()
+    }
+}
+
+fn server_tls(encrypt: Encrypt) -> ServerTls {
+    ServerTls::ephemeral(encrypt).expect("an identity")
+}
+
+/// Opens a 3-stream session with `client` against a server with `server`; checks that
+/// each stream carries bytes to its own index and that every connection is encrypted
+/// or clear, as `tls` says.
+fn open_and_carry(client: &ClientTls, server: ServerTls, tls: bool) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
     let token = Token::new(b"secret".to_vec()).expect("a token");
     let server_token = token.clone();
-    let server = std::thread::spawn(move || serve_one(&listener, Some(server_token), 3));
-    let opened = open_session(&addr, Some(token), open_frame(3)).expect("opened");
+    let server = std::thread::spawn(move || serve_one(&listener, Some(server_token), 3, &server));
+    let opened = open_session(&addr, Some(token), open_frame(3), client).expect("opened");
     let (open, mut served) = server.join().expect("server thread").expect("served");
     assert_eq!(open.path, "x");
     assert_eq!(opened.accept.streams(), 3);
     assert_eq!((opened.data.len(), served.len()), (3, 3));
+    assert_eq!(opened.fingerprint.is_some(), tls);
+    assert!(opened
+        .data
+        .iter()
+        .chain(served.iter())
+        .all(|l| l.is_tls() == tls));
     // Stream i of the client is stream i of the server.
     for ((mut c, s), mark) in opened.data.into_iter().zip(served.iter_mut()).zip(0u8..) {
         c.write_all(&[mark; 4]).expect("write");
@@ -76,13 +99,67 @@ fn a_client_and_a_server_open_a_session_and_its_streams_carry_bytes() {
 }
 
 #[test]
+fn a_client_and_a_server_open_a_session_and_its_streams_carry_bytes() {
+    open_and_carry(&clear(), server_tls(Encrypt::Auto), false);
+}
+
+#[test]
+fn an_encrypted_session_is_tls_on_every_connection() {
+    let server = server_tls(Encrypt::Always);
+    let client = ClientTls {
+        encrypt: Encrypt::Always,
+        trust: Trust::Pinned(server.fingerprint()),
+    };
+    open_and_carry(&client, server, true);
+}
+
+#[test]
+fn clear_text_to_a_server_that_requires_tls_names_both_settings() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let tls = server_tls(Encrypt::Always);
+    let server = std::thread::spawn(move || serve_one(&listener, None, 1, &tls));
+    let err = open_session(&addr, None, open_frame(1), &clear()).expect_err("refused");
+    assert_eq!(err.code(), ErrorCode::EncryptionRequired);
+    assert_eq!(
+        err.to_string(),
+        format!("{addr} requires encryption (daemon: --encrypt always, TLS from every peer; this client: --encrypt never)")
+    );
+    let served = server.join().expect("server thread");
+    assert!(
+        matches!(served, Err(EngineError::Refused { .. })),
+        "{served:?}"
+    );
+}
+
+#[test]
+fn a_pinned_fingerprint_that_does_not_match_refuses_the_server() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let tls = server_tls(Encrypt::Always);
+    let other = server_tls(Encrypt::Always).fingerprint();
+    let server = std::thread::spawn(move || serve_one(&listener, None, 1, &tls));
+    let client = ClientTls {
+        encrypt: Encrypt::Always,
+        trust: Trust::Pinned(other),
+    };
+    let err = open_session(&addr, None, open_frame(1), &client).expect_err("refused");
+    assert!(
+        err.to_string().contains(&format!("not the pinned {other}")),
+        "{err}"
+    );
+    assert!(server.join().expect("server thread").is_err());
+}
+
+#[test]
 fn a_wrong_token_is_a_refusal_with_its_code() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
     let server_token = Token::new(b"right".to_vec()).expect("a token");
-    let server = std::thread::spawn(move || serve_one(&listener, Some(server_token), 1));
+    let tls = server_tls(Encrypt::Auto);
+    let server = std::thread::spawn(move || serve_one(&listener, Some(server_token), 1, &tls));
     let wrong = Token::new(b"wrong".to_vec()).expect("a token");
-    let err = open_session(&addr, Some(wrong), open_frame(1)).expect_err("refused");
+    let err = open_session(&addr, Some(wrong), open_frame(1), &clear()).expect_err("refused");
     assert!(
         matches!(
             err,
@@ -116,12 +193,42 @@ fn a_connection_that_does_not_join_is_answered_and_refused() {
         let _ = s.read_to_end(&mut answer);
         answer
     });
-    let err = accept::accept_join(&listener, &mut table).expect_err("not a join");
+    let tls = server_tls(Encrypt::Auto);
+    let err = accept::accept_join(&listener, &mut table, &tls, false).expect_err("not a join");
     assert!(matches!(err, EngineError::Handshake { .. }), "{err:?}");
     let answer = client.join().expect("client thread");
     let (frame, _) = <Frame as Codec>::decode(&answer).expect("an Error frame");
     assert!(
         matches!(&frame, Frame::Error(e) if e.code == ErrorCode::BadFrame),
+        "{frame:?}"
+    );
+}
+
+#[test]
+fn a_clear_join_to_an_encrypted_session_is_refused() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let accept = accept::new_accept(1, MIN_CHUNK_BYTES).expect("accept");
+    let key = [7; 32];
+    let mut table = JoinTable::new(&accept, key);
+    let client = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        let join = sluice_wire::ClientJoin::new(&accept, &key, 0).expect("a join");
+        let mut buf = Vec::new();
+        join.start(&mut buf);
+        s.write_all(&buf).expect("write");
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        answer
+    });
+    // The server's policy admits clear text from loopback, but not into a TLS session.
+    let tls = server_tls(Encrypt::Auto);
+    let err = accept::accept_join(&listener, &mut table, &tls, true).expect_err("clear join");
+    assert_eq!(err.code(), ErrorCode::EncryptionRequired, "{err:?}");
+    let answer = client.join().expect("client thread");
+    let (frame, _) = <Frame as Codec>::decode(&answer).expect("an Error frame");
+    assert!(
+        matches!(&frame, Frame::Error(e) if e.code == ErrorCode::EncryptionRequired),
         "{frame:?}"
     );
 }

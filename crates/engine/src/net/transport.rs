@@ -3,8 +3,9 @@
 //! Control connections carry small frames and go through a [`FrameDecoder`]. Data
 //! connections carry chunks: the 42-byte header and segment table are read exactly, then
 //! the payload is read straight into a NUMA-local buffer slot, so a chunk's bytes are
-//! copied once, by the kernel.
+//! copied once, by the kernel (on a clear link; a TLS [`Link`] decrypts into the slot).
 
+use super::tls::Link;
 use crate::error::EngineError;
 use sluice_wire::{
     ChunkHeader, Codec, Frame, FrameDecoder, FrameHeader, FrameType, Segment, CHUNK_HEADER_BYTES,
@@ -50,8 +51,8 @@ pub fn peer_name(stream: &TcpStream) -> String {
 ///
 /// # Errors
 /// A socket error (a timeout included), a malformed frame, or a close inside the frame.
-pub fn read_one_frame(stream: &mut TcpStream, state: &str) -> Result<Option<Frame>, EngineError> {
-    let peer = peer_name(stream);
+pub fn read_one_frame(stream: &mut Link, state: &str) -> Result<Option<Frame>, EngineError> {
+    let peer = peer_name(stream.stream());
     let mut buf = vec![0u8; FRAME_HEADER_BYTES];
     let mut filled = 0;
     while filled < FRAME_HEADER_BYTES {
@@ -92,7 +93,7 @@ pub fn read_one_frame(stream: &mut TcpStream, state: &str) -> Result<Option<Fram
 ///
 /// # Errors
 /// The socket could not be duplicated or configured.
-pub fn control_halves(stream: TcpStream) -> Result<(FrameReader, FrameWriter), EngineError> {
+pub fn control_halves(stream: Link) -> Result<(FrameReader, FrameWriter), EngineError> {
     let writer = FrameWriter::new(
         stream
             .try_clone()
@@ -111,7 +112,7 @@ const SCRATCH_BYTES: usize = 64 << 10;
 /// Reads control frames from a connection.
 #[derive(Debug)]
 pub struct FrameReader {
-    stream: TcpStream,
+    stream: Link,
     decoder: FrameDecoder,
     scratch: Vec<u8>,
     peer: String,
@@ -119,8 +120,8 @@ pub struct FrameReader {
 
 impl FrameReader {
     /// Wraps a connection (a clone of the stream may be written concurrently).
-    pub fn new(stream: TcpStream) -> FrameReader {
-        let peer = peer_name(&stream);
+    pub fn new(stream: Link) -> FrameReader {
+        let peer = peer_name(stream.stream());
         FrameReader {
             stream,
             decoder: FrameDecoder::new(),
@@ -142,7 +143,7 @@ impl FrameReader {
     ///
     /// # Errors
     /// [`EngineError::Unexpected`] when bytes are buffered.
-    pub fn into_inner(self) -> Result<TcpStream, EngineError> {
+    pub fn into_inner(self) -> Result<Link, EngineError> {
         if self.decoder.buffered() > 0 {
             return Err(EngineError::Unexpected {
                 peer: self.peer,
@@ -151,6 +152,16 @@ impl FrameReader {
             });
         }
         Ok(self.stream)
+    }
+
+    /// Whether the connection is encrypted.
+    pub fn is_tls(&self) -> bool {
+        self.stream.is_tls()
+    }
+
+    /// The connection (its socket's addresses and options).
+    pub fn link(&self) -> &Link {
+        &self.stream
     }
 
     /// Sets a read timeout (None: block).
@@ -211,15 +222,15 @@ impl FrameReader {
 /// Writes frames to a connection, reusing one encode buffer.
 #[derive(Debug)]
 pub struct FrameWriter {
-    stream: TcpStream,
+    stream: Link,
     buf: Vec<u8>,
     peer: String,
 }
 
 impl FrameWriter {
     /// Wraps a connection.
-    pub fn new(stream: TcpStream) -> FrameWriter {
-        let peer = peer_name(&stream);
+    pub fn new(stream: Link) -> FrameWriter {
+        let peer = peer_name(stream.stream());
         FrameWriter {
             stream,
             buf: Vec::with_capacity(4096),
@@ -249,16 +260,26 @@ impl FrameWriter {
             .map_err(|e| EngineError::io(format!("sending to {}", self.peer), e))
     }
 
-    /// Shuts the write half down (orderly close).
+    /// Shuts the write half down (orderly close: `close_notify` on TLS).
     pub fn shutdown(&self) {
-        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        self.stream.close();
+    }
+
+    /// Whether the connection is encrypted.
+    pub fn is_tls(&self) -> bool {
+        self.stream.is_tls()
+    }
+
+    /// The fingerprint of the certificate the peer presented (a TLS client's link).
+    pub fn peer_fingerprint(&self) -> Option<super::tls::Fingerprint> {
+        self.stream.peer_fingerprint()
     }
 
     /// Another handle to the same connection.
     ///
     /// # Errors
     /// The OS refused to duplicate the socket.
-    pub fn stream_clone(&self) -> Result<TcpStream, EngineError> {
+    pub fn stream_clone(&self) -> Result<Link, EngineError> {
         self.stream
             .try_clone()
             .map_err(|e| EngineError::io("cloning a socket", e))
@@ -268,15 +289,15 @@ impl FrameWriter {
 /// The sending half of a data connection.
 #[derive(Debug)]
 pub struct ChunkSender {
-    stream: TcpStream,
+    stream: Link,
     head: Vec<u8>,
     peer: String,
 }
 
 impl ChunkSender {
     /// Wraps a data connection.
-    pub fn new(stream: TcpStream) -> ChunkSender {
-        let peer = peer_name(&stream);
+    pub fn new(stream: Link) -> ChunkSender {
+        let peer = peer_name(stream.stream());
         ChunkSender {
             stream,
             head: Vec::with_capacity(CHUNK_HEADER_BYTES + 4096),
@@ -287,7 +308,7 @@ impl ChunkSender {
     /// Whether the peer is this very host (loopback, or this socket's own address): the
     /// bytes then never cross a wire, only memory, copied by the same CPUs.
     pub fn peer_is_this_host(&self) -> bool {
-        peer_is_this_host(&self.stream)
+        peer_is_this_host(self.stream.stream())
     }
 
     /// Sends a chunk header, its segment table and its payload with vectored writes
@@ -339,9 +360,9 @@ impl ChunkSender {
             .map_err(|e| EngineError::io(format!("sending to {}", self.peer), e))
     }
 
-    /// Shuts the write half down.
+    /// Shuts the write half down (orderly close: `close_notify` on TLS).
     pub fn shutdown(&self) {
-        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        self.stream.close();
     }
 }
 
@@ -360,7 +381,7 @@ pub enum DataEvent {
 /// The receiving half of a data connection.
 #[derive(Debug)]
 pub struct ChunkReceiver {
-    stream: TcpStream,
+    stream: Link,
     head: Vec<u8>,
     segments: Vec<Segment>,
     max_chunk_bytes: u32,
@@ -369,8 +390,8 @@ pub struct ChunkReceiver {
 
 impl ChunkReceiver {
     /// Wraps a data connection accepting chunks up to `max_chunk_bytes`.
-    pub fn new(stream: TcpStream, max_chunk_bytes: u32) -> ChunkReceiver {
-        let peer = peer_name(&stream);
+    pub fn new(stream: Link, max_chunk_bytes: u32) -> ChunkReceiver {
+        let peer = peer_name(stream.stream());
         ChunkReceiver {
             stream,
             head: vec![0; FRAME_HEADER_BYTES],

@@ -5,10 +5,11 @@
 use super::total_slots;
 use crate::error::EngineError;
 use crate::net::accept;
+use crate::net::tls::{Link, ServerTls};
 use crate::runtime::Runtime;
 use crate::transport::{FrameReader, FrameWriter};
 use sluice_wire::{Capabilities, JoinTable, Open, Token};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 
 /// A session accepted on a listener: its control connection, what was agreed, and the
 /// joined data connections in stream order.
@@ -17,28 +18,32 @@ pub(super) struct Accepted {
     pub writer: FrameWriter,
     /// Whether the sender wants every record acknowledged (`CHUNK_ACKS`).
     pub acked: bool,
-    pub data: Vec<TcpStream>,
+    pub data: Vec<Link>,
 }
 
-/// Accepts one session on `listener`: the handshake (with `token`), the `Open`, an
-/// `Accept` for as many streams as `runtime`'s slots keep busy, then that many joins.
+/// Accepts one session on `listener`: TLS by the sender's first byte (clear text as
+/// `tls`'s policy allows), the handshake (with `token`), the `Open`, an `Accept` for as
+/// many streams as `runtime`'s slots keep busy, then that many joins (TLS if the
+/// control connection is).
 ///
 /// # Errors
-/// Handshake or join failures.
+/// Handshake or join failures, or clear text refused.
 pub(super) fn accept_session(
     listener: &TcpListener,
     token: Option<Token>,
+    tls: &ServerTls,
     runtime: &Runtime,
 ) -> Result<Accepted, EngineError> {
     let (stream, _) = listener
         .accept()
         .map_err(|e| EngineError::io("accepting the sender", e))?;
-    let (mut reader, mut writer) = accept::incoming(stream)?;
+    let (mut reader, mut writer) = accept::incoming(stream, tls)?;
     let hello =
         accept::read_first(&mut reader, &mut writer)?.ok_or_else(|| EngineError::Disconnected {
             peer: reader.peer().to_string(),
             state: "waiting for Hello".into(),
         })?;
+    accept::admit(&reader, &mut writer, tls)?;
     let est = accept::server_handshake(hello, &mut reader, &mut writer, token)?;
     let acked = est.capabilities.contains(Capabilities::CHUNK_ACKS);
     let open = accept::read_open(&mut reader)?.ok_or_else(|| EngineError::Disconnected {
@@ -54,7 +59,7 @@ pub(super) fn accept_session(
         &accept,
         sluice_wire::Addresses::default(),
     )?;
-    let data = join_all(listener, streams, &mut table)?;
+    let data = join_all(listener, streams, &mut table, tls, writer.is_tls())?;
     reader
         .set_timeout(None)
         .map_err(|e| EngineError::io("clearing a timeout", e))?;
@@ -82,10 +87,12 @@ fn join_all(
     listener: &TcpListener,
     streams: u16,
     table: &mut JoinTable,
-) -> Result<Vec<TcpStream>, EngineError> {
-    let mut conns: Vec<Option<TcpStream>> = (0..streams).map(|_| None).collect();
+    tls: &ServerTls,
+    encrypted: bool,
+) -> Result<Vec<Link>, EngineError> {
+    let mut conns: Vec<Option<Link>> = (0..streams).map(|_| None).collect();
     for _ in 0..streams {
-        let (index, s) = accept::accept_join(listener, table)?;
+        let (index, s) = accept::accept_join(listener, table, tls, encrypted)?;
         // The join table admits only indexes below `streams`.
         if let Some(c) = conns.get_mut(usize::from(index)) {
             *c = Some(s);

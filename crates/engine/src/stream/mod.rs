@@ -38,6 +38,7 @@ pub use sluice_session::stream::MAX_RESENDS;
 use crate::codec::plan::announce;
 use crate::codec::{CodecInputs, CodecPlan, CodecSite, CompressMode};
 use crate::error::EngineError;
+use crate::net::tls::{ClientTls, Link};
 use crate::runtime::Runtime;
 use crate::session;
 use crate::transport::{self, FrameWriter};
@@ -48,7 +49,6 @@ use sluice_placement::Role;
 use sluice_session::stream::{AckRoutes, RecordOrder};
 use sluice_wire::{Accept, Capabilities, Close, CloseReason, Direction, Open, Token};
 use std::io::Read;
-use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -73,6 +73,8 @@ pub struct StreamOptions {
     pub compress: CompressMode,
     /// Shared secret.
     pub token: Option<Token>,
+    /// The sender's encryption and trust.
+    pub tls: ClientTls,
 }
 
 /// Totals of a finished stream.
@@ -197,7 +199,8 @@ impl StreamSender {
                 runtime.chunk_bytes()
             )));
         }
-        let opened = session::open_session(addr, opts.token.clone(), open_frame(opts, &runtime))?;
+        let open = open_frame(opts, &runtime);
+        let opened = session::open_session(addr, opts.token.clone(), open, &opts.tls)?;
         let acked = opened.capabilities.contains(Capabilities::CHUNK_ACKS);
         let slots = total_slots(&runtime);
         check_sizes(opts, &runtime, &opened.accept, slots)?;
@@ -315,9 +318,11 @@ impl StreamSender {
 }
 
 /// The codec decisions of a stream's sender over `data`.
-fn stream_codec(runtime: &Runtime, asked: CompressMode, data: &[TcpStream]) -> CodecPlan {
+fn stream_codec(runtime: &Runtime, asked: CompressMode, data: &[Link]) -> CodecPlan {
     CodecPlan::decide(&CodecInputs {
-        peer_is_this_host: data.first().is_some_and(transport::peer_is_this_host),
+        peer_is_this_host: data
+            .first()
+            .is_some_and(|l| transport::peer_is_this_host(l.stream())),
         streams: u32::try_from(data.len()).unwrap_or(u32::MAX),
         ..CodecInputs::on(runtime, CodecSite::StreamSender, asked)
     })

@@ -7,6 +7,7 @@ use super::{lock, StreamSummary, QUEUE_RECORDS};
 use crate::codec::Decompressor;
 use crate::control::spawn_reader;
 use crate::error::EngineError;
+use crate::net::tls::{Link, ServerTls};
 use crate::runtime::Runtime;
 use crate::transport::{ChunkReceiver, DataEvent, FrameWriter};
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -17,7 +18,7 @@ use sluice_session::stream::{
 };
 use sluice_wire::{ChunkAck, ChunkHeader, ChunkNack, Frame, Token};
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -29,13 +30,15 @@ const RECORD_TIMEOUT: Duration = Duration::from_secs(600);
 type Queue = Receiver<(ChunkHeader, Slot)>;
 type Thread = JoinHandle<Result<(), EngineError>>;
 
-/// Receives one stream on `listener` and writes it, in order, to `output`.
+/// Receives one stream on `listener` and writes it, in order, to `output`; `tls` is
+/// the receiver's identity and clear-text policy.
 ///
 /// # Errors
 /// Handshake, integrity or output failures.
 pub fn receive_to(
     listener: &TcpListener,
     token: Option<Token>,
+    tls: &ServerTls,
     runtime: Arc<Runtime>,
     mut output: impl Write,
 ) -> Result<StreamSummary, EngineError> {
@@ -45,7 +48,7 @@ pub fn receive_to(
         writer,
         acked,
         data,
-    } = accept_session(listener, token, &runtime)?;
+    } = accept_session(listener, token, tls, &runtime)?;
     let _control_events =
         spawn_reader(reader).map_err(|e| EngineError::io("starting the control reader", e))?;
     // The net-recv threads acknowledge records on the control connection.
@@ -75,7 +78,7 @@ pub fn receive_to(
 /// two records to the writer.
 fn spawn_receivers(
     runtime: &Arc<Runtime>,
-    data: Vec<TcpStream>,
+    data: Vec<Link>,
     answer: Option<Arc<Mutex<FrameWriter>>>,
     asked_again: &Arc<AtomicU64>,
 ) -> Result<(Vec<Queue>, Vec<Thread>), EngineError> {

@@ -5,6 +5,7 @@
 use super::{lock, Record, Sent, ACK_TIMEOUT, QUEUE_RECORDS, STREAM_FILE_ID};
 use crate::codec::{CodecPlan, Compressor, SharedAuto};
 use crate::error::EngineError;
+use crate::net::tls::Link;
 use crate::runtime::Runtime;
 use crate::transport::{ChunkSender, FrameReader};
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -12,7 +13,6 @@ use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_session::stream::{AckRoutes, SendWindow, StreamError, Word};
 use sluice_wire::{ChunkHeader, Close, CloseReason, Compression, Frame};
-use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -22,7 +22,7 @@ pub(super) struct Start<'a> {
     /// The receiver, as the user named it (for messages).
     pub peer: &'a str,
     /// The joined data connections, in stream order.
-    pub data: Vec<TcpStream>,
+    pub data: Vec<Link>,
     /// The control connection's reading half.
     pub reader: FrameReader,
     pub codec: CodecPlan,

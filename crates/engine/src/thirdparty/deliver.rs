@@ -6,6 +6,7 @@
 
 use crate::error::EngineError;
 use crate::net::connect::join_data;
+use crate::net::tls::{DataDial, Encrypt, Fingerprint, Link};
 use crate::transport::FrameReader;
 use sluice_wire::{Accept, Delegate, ErrorCode, Frame};
 use std::net::TcpStream;
@@ -53,11 +54,15 @@ pub fn check(delegate: &Delegate, slot_bytes: u32) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// Dials and joins every data connection of the delegated session, in stream order.
+/// Dials and joins every data connection of the delegated session, in stream order:
+/// inside TLS pinned to the destination's certificate when the delegation says so;
+/// in clear text only where this daemon's `--encrypt` policy would accept clear text
+/// from that address (`auto`: loopback only), never silently.
 ///
 /// # Errors
-/// A target that cannot be reached or refuses the join.
-pub fn dial(delegate: &Delegate) -> Result<Vec<TcpStream>, EngineError> {
+/// A target that cannot be reached, a refused clear-text delivery, a certificate that
+/// is not the pinned one, or a refused join.
+pub fn dial(delegate: &Delegate, encrypt: Encrypt) -> Result<Vec<Link>, EngineError> {
     // The join state machine needs only the session's id and shape from an `Accept`;
     // the secret stays with the client (the delegated key is what proves the join).
     let shape = Accept {
@@ -79,8 +84,20 @@ pub fn dial(delegate: &Delegate) -> Result<Vec<TcpStream>, EngineError> {
             )
         })?;
         let name = t.addr.to_string();
+        let link = if delegate.tls {
+            let fp = Fingerprint(delegate.fingerprint);
+            DataDial::pinned(&t.addr.ip().to_string(), fp)?.secure(s, DIAL_TIMEOUT)?
+        } else {
+            encrypt.server_admits_clear(&s).map_err(|why| EngineError::Refused {
+                code: ErrorCode::EncryptionRequired,
+                message: format!(
+                    "refusing to deliver to {name} in clear text (this daemon: {why}); the client must reach the destination daemon over TLS"
+                ),
+            })?;
+            Link::plain(s)
+        };
         data.push(join_data(
-            s,
+            link,
             &name,
             &shape,
             &delegate.join_key,

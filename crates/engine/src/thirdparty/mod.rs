@@ -18,6 +18,7 @@ pub mod relay;
 
 use crate::error::EngineError;
 use crate::net::connect::{connect_control, expect, read_accept};
+use crate::net::tls::ClientTls;
 use crate::session;
 use crate::stats::Stats;
 use crate::transport::{FrameReader, FrameWriter};
@@ -38,6 +39,8 @@ pub struct Party {
     pub path: String,
     /// Its account's token.
     pub token: Option<Token>,
+    /// Encryption and trust for the control connection to it.
+    pub tls: ClientTls,
 }
 
 /// A control connection opened and authenticated.
@@ -51,9 +54,10 @@ struct Control {
 }
 
 fn open_control(p: &Party) -> Result<Control, EngineError> {
-    let (reader, writer, est) = connect_control(&p.addr, p.token.clone())?;
+    let (reader, writer, est, _) = connect_control(&p.addr, p.token.clone(), &p.tls)?;
     let peer = writer
         .stream_clone()?
+        .stream()
         .peer_addr()
         .map_err(|e| EngineError::io(format!("reading the address of {}", p.addr), e))?;
     Ok(Control {
@@ -152,16 +156,18 @@ fn delegation(sink: &Control, accept: &Accept, advertised: &Addresses) -> Delega
             addr: advertised.of(i).unwrap_or(sink.peer),
         })
         .collect();
+    // The source reaches B over TLS exactly when this client does, pinned to the
+    // certificate B showed this client; in clear text the source's own `--encrypt`
+    // decides whether it may (loopback only, by default).
+    let fingerprint = sink.writer.peer_fingerprint();
     Delegate {
         session_id: accept.session_id,
         join_key: sink.est.join_key(&accept.session_secret),
         channels: accept.channels,
         streams_per_channel: accept.streams_per_channel,
         chunk_bytes: accept.chunk_bytes,
-        // Connected to the TLS trust when the control connection to B is encrypted:
-        // the source then pins B's certificate as the client saw it.
-        tls: false,
-        fingerprint: [0; 32],
+        tls: fingerprint.is_some(),
+        fingerprint: fingerprint.map_or([0; 32], |f| f.0),
         targets,
     }
 }
