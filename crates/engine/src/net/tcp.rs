@@ -7,7 +7,7 @@
 //! unless the process may force it (`CAP_NET_ADMIN`: `SO_SNDBUFFORCE`). A long fat path
 //! needs a window of its bandwidth-delay product, which the defaults of most distributions
 //! (4-6 MiB) do not reach beyond a few tens of milliseconds at 1 Gbit/s. [`size_buffers`]
-//! sets exactly what [`super::wan`] decided, forcing it past the `*mem_max` cap when
+//! sets exactly what [`super::path`] decided, forcing it past the `*mem_max` cap when
 //! allowed, and reports what the kernel granted.
 
 use std::io;
@@ -92,7 +92,7 @@ pub fn best_congestion() -> Option<&'static str> {
     })
 }
 
-/// The first of [`PREFERRED`] in the kernel's list `offered` (space-separated).
+/// The first of the preferred controls (BBR, H-TCP, CUBIC) in the kernel's list `offered` (space-separated).
 pub fn pick_congestion(offered: &str) -> Option<&'static str> {
     let names: Vec<&str> = offered.split_whitespace().collect();
     PREFERRED.into_iter().find(|p| names.contains(p))

@@ -1,0 +1,156 @@
+//! A daemon's control connection once its first frame is `Hello`: the handshake
+//! against the accounts, `Open`, rights and limits, then the session on a thread of
+//! its own (a third-party copy's source dials its data connections instead).
+
+use super::*;
+
+impl Daemon {
+    /// A control connection: handshake, open, rights and limits, then the session.
+    /// `told` is set when the peer has already been sent the `Error` for the failure.
+    pub(super) fn session(
+        &self,
+        hello: Frame,
+        reader: &mut FrameReader,
+        writer: &mut FrameWriter,
+        told: &Cell<bool>,
+        conn: &mut Conn,
+        rec: &mut Record,
+    ) -> Result<(), EngineError> {
+        // The handshake answers its own failures with an Error frame.
+        let accounts = self.accounts.current();
+        let now = SystemTime::now();
+        let proved = &mut rec.identity;
+        let admitted = server_handshake(hello, reader, writer, &accounts, now, proved)
+            .inspect_err(|e| {
+                told.set(matches!(
+                    e,
+                    EngineError::Handshake { .. } | EngineError::HandshakeRefused { .. }
+                ));
+            })?;
+        drop(accounts);
+        let account = admitted.account;
+        conn.root = Some(Arc::clone(&account.root));
+        if let Some(t) = conn.ticket.as_mut() {
+            t.authenticated();
+        }
+        let Some(open) = accept::read_open(reader)? else {
+            return Ok(());
+        };
+        conn.armed.disarm();
+        rec.open(open.direction, &open.path);
+        allowed(&account, open.direction)?;
+        if self.drain.draining() {
+            return Err(busy("the daemon is shutting down; try again later".into()));
+        }
+        let _running = self.guard.session().map_err(|r| busy(r.0))?;
+        let est = admitted.established;
+        self.run(&est, &open, &account, reader, writer, told, conn, rec)
+    }
+
+    /// Runs an opened session: accept, wait for streams, run the role on a thread of
+    /// its own, count its totals into `rec`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run(
+        &self,
+        est: &Established,
+        open: &Open,
+        account: &Account,
+        reader: &mut FrameReader,
+        writer: &mut FrameWriter,
+        told: &Cell<bool>,
+        conn: &mut Conn,
+        rec: &mut Record,
+    ) -> Result<(), EngineError> {
+        let chunk_acks = est.capabilities.contains(Capabilities::CHUNK_ACKS);
+        let mut opts = SessionOptions::served(&open.options, self.server_side(), chunk_acks);
+        // The path is checked before anything is allocated or created.
+        let role = role_for(&account.root, open)?;
+        // A third-party copy's source takes the destination's session from `Delegate`.
+        let delegate = match open.direction {
+            Direction::Deliver => Some(self.delegate(reader, &mut opts)?),
+            Direction::Push | Direction::Pull => None,
+        };
+        let accept = accept::new_accept(opts.streams, opts.chunk_bytes)?;
+        let stats = Arc::new(Stats::new());
+        let sends = open.direction != Direction::Push;
+        let what = match &delegate {
+            Some(d) => format!("delivery to session {}", d.session_id),
+            None => format!("session {}", accept.session_id),
+        };
+        crate::session::state_threads_beyond_plan(&self.cfg.runtime, &opts, sends, &stats, &what);
+        let about = describe(&what, rec);
+        let watched = self.dog.watch(
+            about,
+            vec![tcp_clone(&writer.stream_clone()?)?],
+            crate::guard::idle_timeout(self.guard.limits(), sends, chunk_acks),
+        );
+        let data = match &delegate {
+            Some(d) => {
+                let data = deliver::dial(d, self.cfg.tls.encrypt())?;
+                // Only `Accept`: the data connections went elsewhere, no `Addresses`.
+                writer.send(&Frame::Accept(accept.clone()))?;
+                data
+            }
+            None => self.gather(est, &accept, open.direction, reader.peer(), writer)?,
+        };
+        watched.add(data.iter().filter_map(|d| tcp_clone(d).ok()).collect());
+        let _ = reader.set_timeout(None);
+        let conns = Connections {
+            reader: std::mem::replace(reader, FrameReader::new(writer.stream_clone()?)),
+            control_stream: writer.stream_clone()?,
+            data,
+        };
+        // run_role reports its own failure on the control connection.
+        told.set(true);
+        let runtime = &self.cfg.runtime;
+        let result = std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("session".into())
+                .spawn_scoped(s, || {
+                    run_role(role, runtime, &opts, opts.chunk_bytes, conns, &stats)
+                })
+                .map_err(|e| EngineError::io("starting a session thread", e))?
+                .join()
+                .unwrap_or_else(|_| Err(EngineError::Aborted("the session thread panicked".into())))
+        });
+        let s = stats.summary(runtime.plan());
+        (rec.bytes, rec.files) = (s.bytes, s.files);
+        conn.outcome = match (watched.aborted(), watched.idled()) {
+            (true, _) => Some(ErrorCode::Cancelled.name()),
+            (false, true) => Some("IdleTimeout"),
+            _ => None,
+        };
+        tracing::info!(
+            "{what} done: {} files, {} bytes in {:.2} s, {} failed, io {}",
+            s.files,
+            s.bytes,
+            s.seconds,
+            s.files_failed,
+            s.io_mode
+        );
+        result
+    }
+
+    /// The `Delegate` that follows `Open { direction: Deliver }`, checked, with the
+    /// destination's session shape taken into `opts`.
+    pub(super) fn delegate(
+        &self,
+        reader: &mut FrameReader,
+        opts: &mut SessionOptions,
+    ) -> Result<sluice_wire::Delegate, EngineError> {
+        let delegate = deliver::read_delegate(reader)?;
+        deliver::check(&delegate, self.cfg.runtime.chunk_bytes())?;
+        opts.streams = delegate.streams();
+        opts.chunk_bytes = delegate.chunk_bytes;
+        Ok(delegate)
+    }
+
+    /// What the daemon decides for every session.
+    pub(super) fn server_side(&self) -> ServerSide {
+        ServerSide {
+            slot_bytes: self.cfg.runtime.chunk_bytes(),
+            io_threads: self.cfg.io_threads,
+            read_depth: self.cfg.read_depth,
+        }
+    }
+}
