@@ -3,7 +3,8 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in libhwloc-dev libudev-dev hwloc pkg-config util-linux rsync iproute2 iputils-ping iperf3; do
+for pkg in libhwloc-dev libudev-dev hwloc pkg-config util-linux rsync iproute2 iputils-ping iperf3 \
+  openssl tcpdump openssh-client openssh-server; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
