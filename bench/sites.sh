@@ -8,8 +8,8 @@
 # destination: a sluice daemon and a real OpenSSH sshd), C 10.78.0.4 (the client of
 # third-party copies). Sources and destinations are tmpfs, so neither disk decides.
 # Cases run interleaved, run by run, their order reversed every other round; figures
-# are medians. CPU is the machine's busy time (/proc/stat: every process of both sides,
-# softirq included) during each run, per GB moved.
+# are medians. CPU is the CPU time of every process the script started (both sides,
+# from a cpuacct cgroup) plus the machine's softirq time during each run, per GB moved.
 #
 #   bench/sites.sh [--size-mib N] [--reps N] [--out DIR] [--sluice BIN]
 set -euo pipefail
@@ -43,14 +43,31 @@ NS_A=sta$T NS_B=stb$T NS_C=stc$T BR=stbr$T
 A=10.78.0.2 B=10.78.0.3 C=10.78.0.4
 declare -a PIDS=()
 
+# CPU seconds of every process this script started (both sides: daemons, sshd and its
+# session processes, clients), from a cpuacct cgroup they all inherit, plus the
+# machine's softirq time; without cgroups, the whole machine's busy time.
+CG=""
+for root in /sys/fs/cgroup/cpuacct /sys/fs/cgroup/cpu,cpuacct; do
+    if [ -w "$root" ] && mkdir -p "$root/sluice-sites-$T" 2>/dev/null; then
+        CG=$root/sluice-sites-$T
+        echo $$ >"$CG/cgroup.procs"
+        break
+    fi
+done
+
 cleanup() {
     set +e
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    sleep 0.3
+    sleep 0.5
+    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
     for n in $NS_A $NS_B $NS_C; do ip netns del "$n" 2>/dev/null; rm -rf "/etc/netns/$n"; done
     ip link del "$BR" 2>/dev/null
     umount "$W/a" "$W/b" 2>/dev/null
     rm -rf "$W"
+    if [ -n "${CG-}" ]; then
+        echo $$ >"$(dirname "$CG")/cgroup.procs" 2>/dev/null
+        rmdir "$CG" 2>/dev/null
+    fi
 }
 trap cleanup EXIT
 
@@ -99,9 +116,12 @@ PasswordAuthentication no
 UsePAM no
 StrictModes no
 PidFile $W/sshd.pid
+Subsystem sftp /usr/lib/openssh/sftp-server
 CFG
 mkdir -p /run/sshd
-inB /usr/sbin/sshd -D -e -f "$W/sshd_config" 2>"$W/sshd.log" &
+# Started with `ip netns exec` directly (which execs the server), so that $! is the
+# server itself and the cleanup's kill reaches it.
+ip netns exec "$NS_B" /usr/sbin/sshd -D -e -f "$W/sshd_config" 2>"$W/sshd.log" &
 PIDS+=($!)
 echo "$B $(cut -d' ' -f1,2 "$W/host_key.pub")" >"$W/known_hosts"
 cat >"$W/ssh_config" <<CFG
@@ -116,10 +136,10 @@ SSH="ssh -F $W/ssh_config"
 
 # --- sluice daemons: B (destination) and A (source of third-party copies) ----------------
 export SLUICE_KNOWN_HOSTS=$W/sluice_known_hosts SLUICE_STATE_DIR=$W/state
-inB "$SLUICE" serve --root "$W/b" --listen "$B:7878" --token-file "$W/token" \
+ip netns exec "$NS_B" "$SLUICE" serve --root "$W/b" --listen "$B:7878" --token-file "$W/token" \
     --encrypt never 2>"$W/daemon-b.log" &
 PIDS+=($!)
-inA "$SLUICE" serve --root "$W/a" --listen "$A:7878" --token-file "$W/token" \
+ip netns exec "$NS_A" "$SLUICE" serve --root "$W/a" --listen "$A:7878" --token-file "$W/token" \
     --state-dir "$W/state-a" 2>"$W/daemon-a.log" &
 PIDS+=($!)
 for _ in $(seq 100); do
@@ -142,7 +162,14 @@ case_cmd() { # NAME -> runs one copy of the big file into $W/b/out
         small-rsync-ssh) inA rsync -e "$SSH" "$W/a/small" "root@$B:$W/b/out" ;;
     esac
 }
-busy() { awk '/^cpu / { print ($2 + $3 + $4 + $7 + $8) / 100; exit }' /proc/stat; }
+softirq() { awk '/^cpu / { print $8 / 100; exit }' /proc/stat; }
+busy() {
+    if [ -n "$CG" ]; then
+        awk -v u="$(cat "$CG/cpuacct.usage")" -v s="$(softirq)" 'BEGIN { printf "%.3f", u / 1e9 + s }'
+    else
+        awk '/^cpu / { print ($2 + $3 + $4 + $7 + $8) / 100; exit }' /proc/stat
+    fi
+}
 
 echo "case,rep,status,seconds,bytes,cpu_s" >"$OUT/raw.csv"
 run_one() { # NAME REP BYTES
@@ -182,8 +209,8 @@ fails = {r["case"] for r in rows if r["status"] != "ok"}
 rate = {}
 lines = [f"# sites benchmark ({version})", "",
          f"{size_mib} MiB incompressible file, tmpfs to tmpfs, between network namespaces on one",
-         f"bridge (no rate limit), {reps} interleaved runs per case, medians. CPU: the machine's busy",
-         "time during the run (both sides, softirq included) per GB.", "",
+         f"bridge (no rate limit), {reps} interleaved runs per case, medians. CPU: every process of",
+         "both sides (a cpuacct cgroup) plus the machine's softirq time during the run, per GB.", "",
          "| case | median s | MB/s | CPU s/GB | vs scp | vs rsync -e ssh | vs sluice clear |",
          "|---|---|---|---|---|---|---|"]
 big = ["sluice-clear", "sluice-tls", "sluice-ssh", "sluice-3rd", "scp-aes128gcm", "rsync-ssh"]
