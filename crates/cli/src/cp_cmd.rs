@@ -132,25 +132,6 @@ pub struct ServeArgs {
     pub tls: ServerTlsArgs,
 }
 
-/// Trusts exactly the certificate the far side announced over the ssh channel (which
-/// ssh already authenticated), for every connection of the copy. A far side without
-/// one can only be reached through the tunnel (`--via-ssh`), never in clear text.
-fn pin_far_side(cfg: &mut CopyConfig, fingerprint: Option<&str>, via_ssh: bool) -> Result<()> {
-    match fingerprint {
-        Some(f) => {
-            let fp = f
-                .parse()
-                .map_err(|e| anyhow::anyhow!("the far side's ready line: {e}"))?;
-            cfg.tls.trust = sluice_engine::net::tls::Trust::Pinned(fp);
-        }
-        None if !via_ssh => anyhow::bail!(
-            "the far side announced no TLS certificate: refusing to copy in clear text (upgrade it, or use --via-ssh)"
-        ),
-        None => {}
-    }
-    Ok(())
-}
-
 /// Reads a shared secret from a file (one trailing newline ignored).
 pub fn read_token(path: &PathBuf) -> Result<Token> {
     let bytes = std::fs::read(path).map_err(|e| {
@@ -338,6 +319,7 @@ impl CpArgs {
             opts,
             token,
             tls: self.tls.client_tls()?,
+            far: None,
         })
     }
 }
@@ -364,7 +346,7 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
     // `cfg` now names the far side's address.
     let far = starting.map(|s| s.ready(&mut cfg, &args.ssh)).transpose()?;
     if let Some(f) = &far {
-        pin_far_side(&mut cfg, f.fingerprint(), args.ssh.via_ssh)?;
+        crate::ssh::trust_far_side(&mut cfg, f.fingerprint(), args.ssh.via_ssh)?;
     }
     let stats = Arc::new(Stats::new());
     let progress = (!args.json && std::io::stderr().is_terminal()).then(|| spawn_progress(&stats));

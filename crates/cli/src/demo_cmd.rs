@@ -151,6 +151,7 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
         },
         token: None,
         tls: sluice_engine::net::tls::ClientTls::default(),
+        far: None,
     };
     let stats = Arc::new(Stats::new());
     copy(&cfg, &client_runtime, &stats)?;

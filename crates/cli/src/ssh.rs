@@ -11,7 +11,7 @@ use crate::exit::bad_input;
 use crate::remote::{parse_scp, split_remote_path, SshTarget};
 use anyhow::Result;
 use clap::Args;
-use sluice_engine::client::{CopyConfig, Endpoint};
+use sluice_engine::client::{CopyConfig, Endpoint, FarEnd};
 use sluice_wire::Token;
 
 pub use far::FarSide;
@@ -77,22 +77,37 @@ fn ssh_endpoint(cfg: &CopyConfig) -> Result<Option<(Way, SshTarget)>> {
     let daemon = std::iter::once(&cfg.dest)
         .chain(&cfg.sources)
         .any(|e| matches!(e, Endpoint::Remote { .. }));
-    if (dest.is_some() || !sources.is_empty()) && daemon {
-        return Err(bad_input(
-            "[user@]host:path and sluice:// endpoints cannot be mixed in one copy",
-        ));
-    }
-    match (dest, sources.len()) {
-        (Some(_), n) if n > 0 => Err(bad_input(
-            "both sides are remote: give one [user@]host:path side and one local side",
+    match (dest, sources.len(), daemon) {
+        (Some(_), n, _) if n > 0 => Err(bad_input(
+            "both sides are [user@]host:path: give one of them as sluice:// (a daemon) or local",
         )),
-        (Some(t), _) => Ok(Some((Way::Push, t))),
-        (None, 0) => Ok(None),
-        (None, 1) => Ok(sources.pop().map(|t| (Way::Pull, t))),
-        (None, _) => Err(bad_input(
+        // A daemon-to-daemon copy with the far side ssh starts as one of the daemons.
+        (Some(t), _, true) if cfg.sources.len() == 1 => Ok(Some((Way::Push, t))),
+        (None, 1, true) if cfg.sources.len() == 1 && is_daemon(&cfg.dest) => {
+            Ok(sources.pop().map(|t| (Way::Pull, t)))
+        }
+        (Some(_), _, true) | (None, 1.., true) => Err(bad_input(
+            "a copy between [user@]host:path and a sluice:// daemon takes one source and one destination",
+        )),
+        (Some(t), _, false) => Ok(Some((Way::Push, t))),
+        (None, 0, _) => Ok(None),
+        (None, 1, false) => Ok(sources.pop().map(|t| (Way::Pull, t))),
+        (None, _, false) => Err(bad_input(
             "give one [user@]host:path source per copy (several remote sources need one command each)",
         )),
     }
+}
+
+fn is_daemon(e: &Endpoint) -> bool {
+    matches!(e, Endpoint::Remote { .. })
+}
+
+/// Whether one endpoint of the copy is a sluice:// daemon and the other `[user@]host:path`:
+/// the far side ssh starts is then one of the two daemons of a third-party copy.
+fn daemon_to_daemon(cfg: &CopyConfig) -> bool {
+    let ends = || std::iter::once(&cfg.dest).chain(&cfg.sources);
+    ends().any(is_daemon)
+        && ends().any(|e| matches!(e, Endpoint::Local(l) if parse_scp(l).is_some()))
 }
 
 /// A far side being started over ssh, for the one `[user@]host:path` endpoint of a
@@ -121,13 +136,18 @@ pub fn begin(
     let Some((way, target)) = ssh_endpoint(cfg)? else {
         return Ok(None);
     };
-    if has_token_file {
+    if has_token_file && !daemon_to_daemon(cfg) {
         return Err(bad_input(
             "--token-file is for sluice:// daemons: over ssh each copy makes its own session key",
         ));
     }
     let secret = hex(&sluice_engine::session::random::<32>()?);
     let token = Token::new(secret.clone().into_bytes()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if args.via_ssh && daemon_to_daemon(cfg) {
+        return Err(bad_input(
+            "--via-ssh cannot carry a copy between two daemons: the other daemon must reach the far side directly",
+        ));
+    }
     let far = FarSide::spawn(&target, way, args, far_job, &secret)?;
     let (_, path) = split_remote_path(&target.path);
     Ok(Some(Starting {
@@ -156,13 +176,53 @@ impl Starting {
             addr: self.far.connect_to().to_string(),
             path: self.path,
         };
+        let between_daemons = daemon_to_daemon(cfg);
         match self.way {
             Way::Push => cfg.dest = remote,
             Way::Pull => cfg.sources = vec![remote],
         }
-        cfg.token = Some(self.token);
+        if between_daemons {
+            // The other endpoint keeps the user's token and trust.
+            cfg.far = Some(FarEnd {
+                is_source: self.way == Way::Pull,
+                token: self.token,
+                tls: cfg.tls.clone(),
+            });
+        } else {
+            cfg.token = Some(self.token);
+        }
         Ok(self.far)
     }
+}
+
+/// Trusts exactly the certificate the far side announced over the ssh channel (which
+/// ssh already authenticated), for every connection to it. A far side without one can
+/// only be reached through the tunnel (`--via-ssh`), never in clear text.
+///
+/// # Errors
+/// A fingerprint that does not parse, or none where the copy would go in clear text.
+pub fn trust_far_side(
+    cfg: &mut CopyConfig,
+    fingerprint: Option<&str>,
+    via_ssh: bool,
+) -> Result<()> {
+    let tls = match &mut cfg.far {
+        Some(far) => &mut far.tls,
+        None => &mut cfg.tls,
+    };
+    match fingerprint {
+        Some(f) => {
+            let fp = f
+                .parse()
+                .map_err(|e| anyhow::anyhow!("the far side's ready line: {e}"))?;
+            tls.trust = sluice_engine::net::tls::Trust::Pinned(fp);
+        }
+        None if !via_ssh => anyhow::bail!(
+            "the far side announced no TLS certificate: refusing to copy in clear text (upgrade it, or use --via-ssh)"
+        ),
+        None => {}
+    }
+    Ok(())
 }
 
 /// The job flags the far side plans with: the copy's own (streams, threads, chunk and

@@ -610,3 +610,69 @@ fn the_far_side_outlives_a_wrong_key_serves_one_session_and_exits() {
         "it exits after its one session: {status:?}"
     );
 }
+
+/// A daemon on this side of the veth pair (reachable from the far host), with a token,
+/// and the flags a client needs for it (token, a private known-hosts file).
+fn daemon_for_the_far_host(sshd: &Sshd, root: &Path, dir: &Path) -> (common::Daemon, Vec<String>) {
+    let token = dir.join("token");
+    std::fs::write(&token, "a daemon beside the far host\n").unwrap();
+    let listen = format!("{}:0", sshd.host_ip());
+    let d = common::Daemon::start_with(
+        root,
+        &["--listen", &listen, "--token-file", token.to_str().unwrap()],
+        &[],
+    );
+    let flags = vec![
+        "--token-file".to_string(),
+        token.display().to_string(),
+        "--known-hosts".to_string(),
+        dir.join("known_hosts").display().to_string(),
+    ];
+    (d, flags)
+}
+
+#[test]
+fn a_far_side_started_by_ssh_sends_to_a_daemon_and_receives_from_one() {
+    let Some(sshd) = Sshd::start() else { return };
+    let (far, root, dir) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let file = far.path().join("f.bin");
+    write(&file, &data(6 << 20, 9));
+    let (daemon, flags) = daemon_for_the_far_host(&sshd, root.path(), dir.path());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    // host:path to sluice://: the far side delivers to the daemon directly.
+    let mut args = flags.clone();
+    let (src, dst) = (
+        format!("{}:{}", sshd.dest(), file.display()),
+        daemon.url("got.bin"),
+    );
+    args.extend([src.as_str(), dst.as_str()]);
+    let out = ssh_cp(&sshd, &args, None);
+    assert_eq!(out.code, Some(0), "{out:?} {}", daemon.log());
+    same_file(&file, &root.path().join("got.bin"));
+    // sluice:// to host:path: the daemon delivers to the far side.
+    let mut args = flags.clone();
+    let back = far.path().join("back.bin");
+    let (src, dst) = (
+        daemon.url("got.bin"),
+        format!("{}:{}", sshd.dest(), back.display()),
+    );
+    args.extend([src.as_str(), dst.as_str()]);
+    let out = ssh_cp(&sshd, &args, None);
+    assert_eq!(out.code, Some(0), "{out:?} {}", daemon.log());
+    same_file(&file, &back);
+    // Through the tunnel the daemon could not reach the far side: refused, nothing written.
+    let mut args = flags;
+    let never = far.path().join("never.bin");
+    let (src, dst) = (
+        daemon.url("got.bin"),
+        format!("{}:{}", sshd.dest(), never.display()),
+    );
+    args.extend(["--via-ssh", src.as_str(), dst.as_str()]);
+    let line = one_line(&ssh_cp(&sshd, &args, None));
+    assert!(line.contains("--via-ssh"), "{line}");
+    assert!(!never.exists());
+}

@@ -96,6 +96,21 @@ pub struct CopyConfig {
     pub token: Option<Token>,
     /// Encryption and trust (`--encrypt`, `--known-hosts`, `--ca`).
     pub tls: ClientTls,
+    /// An endpoint of a daemon-to-daemon copy whose credentials are not `token` and
+    /// `tls`: the far side ssh started (its own session secret, its certificate pinned).
+    pub far: Option<FarEnd>,
+}
+
+/// The ssh-started far side of a daemon-to-daemon copy, with the credentials it made
+/// for this one session.
+#[derive(Debug, Clone)]
+pub struct FarEnd {
+    /// Whether it is the copy's source (else its destination).
+    pub is_source: bool,
+    /// Its session secret.
+    pub token: Token,
+    /// Its certificate, pinned.
+    pub tls: ClientTls,
 }
 
 /// Bad input found before any connection was made (exit code 2).
@@ -172,15 +187,18 @@ fn third_party(
             UsageError("a copy between two daemons takes exactly one source".into()).into(),
         );
     };
-    let party = |addr: &str, path: &str| crate::thirdparty::Party {
-        addr: addr.to_string(),
-        path: path.to_string(),
-        token: cfg.token.clone(),
-        tls: cfg.tls.clone(),
+    let party = |addr: &str, path: &str, source: bool| {
+        let far = cfg.far.as_ref().filter(|f| f.is_source == source);
+        crate::thirdparty::Party {
+            addr: addr.to_string(),
+            path: path.to_string(),
+            token: far.map_or_else(|| cfg.token.clone(), |f| Some(f.token.clone())),
+            tls: far.map_or_else(|| cfg.tls.clone(), |f| f.tls.clone()),
+        }
     };
     crate::thirdparty::copy(
-        &party(src_addr, src_path),
-        &party(addr, path),
+        &party(src_addr, src_path, true),
+        &party(addr, path, false),
         &cfg.opts,
         stats,
     )?;

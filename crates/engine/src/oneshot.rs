@@ -17,6 +17,7 @@ use crate::options::{ServerSide, SessionOptions};
 use crate::runtime::Runtime;
 use crate::session::{self, run_role, Connections, HANDSHAKE_TIMEOUT};
 use crate::stats::{Stats, Summary};
+use crate::thirdparty::deliver;
 use crate::transport::{FrameReader, FrameWriter};
 use sluice_wire::{
     Addresses, Capabilities, Direction, ErrorCode, ErrorFrame, Established, Frame, JoinTable, Open,
@@ -84,12 +85,34 @@ pub fn serve_one(listener: &TcpListener, cfg: &OneShotConfig) -> Result<Summary,
         io_threads: cfg.io_threads,
         read_depth: cfg.read_depth,
     };
-    let opts = SessionOptions::served(&open.options, server, chunk_acks);
+    let mut opts = SessionOptions::served(&open.options, server, chunk_acks);
+    // A daemon-to-daemon copy from this side: the destination's session comes in
+    // `Delegate`, and this side dials it (as the daemon does, `crate::thirdparty`).
+    let delegate = if open.direction == Direction::Deliver {
+        let d = deliver::read_delegate(&mut reader)?;
+        deliver::check(&d, cfg.runtime.chunk_bytes())?;
+        (opts.streams, opts.chunk_bytes) = (d.streams(), d.chunk_bytes);
+        Some(d)
+    } else {
+        None
+    };
     let stats = Arc::new(Stats::new());
-    let sends = open.direction == Direction::Pull;
+    let sends = open.direction != Direction::Push;
     session::state_threads_beyond_plan(&cfg.runtime, &opts, sends, &stats, "the one session");
-    let encrypted = writer.is_tls();
-    let data = gather(listener, &est, &opts, &mut writer, cfg, encrypted)?;
+    let data = match &delegate {
+        Some(d) => {
+            let data = deliver::dial(d, cfg.tls.encrypt())?;
+            writer.send(&Frame::Accept(accept::new_accept(
+                opts.streams,
+                opts.chunk_bytes,
+            )?))?;
+            data
+        }
+        None => {
+            let encrypted = writer.is_tls();
+            gather(listener, &est, &opts, &mut writer, cfg, encrypted)?
+        }
+    };
     reader
         .set_timeout(None)
         .map_err(|e| EngineError::io("clearing a timeout", e))?;
@@ -208,7 +231,9 @@ fn readable(listener: &TcpListener, wait: Duration) -> Result<bool, EngineError>
 /// Whether the `Open` is the one this server was started for: its direction and its
 /// path (up to a trailing '/'). A refusal names both.
 fn check_open(open: &Open, direction: Direction, path: &str) -> Result<(), EngineError> {
-    if open.direction != direction {
+    // Started to send, it may send to this client or, for it, to another daemon.
+    let delivers = direction == Direction::Pull && open.direction == Direction::Deliver;
+    if open.direction != direction && !delivers {
         return Err(EngineError::Refused {
             code: ErrorCode::PathOutsideRoot,
             message: format!(

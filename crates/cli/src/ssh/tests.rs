@@ -13,6 +13,7 @@ fn config(paths: &[&str]) -> CopyConfig {
         opts: SessionOptions::default(),
         token: None,
         tls: sluice_engine::net::tls::ClientTls::default(),
+        far: None,
     }
 }
 

@@ -168,6 +168,14 @@ impl Sshd {
         std::fs::read_to_string(self.path("sshd.log")).unwrap_or_default()
     }
 
+    /// This (the root) namespace's address on the veth pair: where the far host
+    /// reaches a server of ours.
+    pub fn host_ip(&self) -> String {
+        let (net, last) = self.ip.rsplit_once('.').expect("an IPv4 address");
+        let last: u8 = last.parse().expect("an octet");
+        format!("{net}.{}", last - 1)
+    }
+
     /// `root@IP`.
     pub fn dest(&self) -> String {
         format!("root@{}", self.ip)
