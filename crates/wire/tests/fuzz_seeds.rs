@@ -86,6 +86,30 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                     },
                 ],
             }),
+            Frame::Open(Open {
+                direction: Direction::Deliver,
+                path: "run42".into(),
+                options: OpenOptions::default(),
+            }),
+            Frame::Delegate(Delegate {
+                session_id: 7,
+                join_key: [3; 32],
+                channels: 1,
+                streams_per_channel: 2,
+                chunk_bytes: MIN_CHUNK_BYTES,
+                tls: true,
+                fingerprint: [9; 32],
+                targets: vec![
+                    StreamAddress {
+                        stream_index: 0,
+                        addr: "10.0.1.2:7878".parse().unwrap(),
+                    },
+                    StreamAddress {
+                        stream_index: 1,
+                        addr: "10.0.2.2:7878".parse().unwrap(),
+                    },
+                ],
+            }),
         ],
         &[],
     );
