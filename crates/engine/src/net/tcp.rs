@@ -7,7 +7,7 @@
 //! unless the process may force it (`CAP_NET_ADMIN`: `SO_SNDBUFFORCE`). A long fat path
 //! needs a window of its bandwidth-delay product, which the defaults of most distributions
 //! (4-6 MiB) do not reach beyond a few tens of milliseconds at 1 Gbit/s. [`size_buffers`]
-//! sets exactly what [`super::wan`] decided, forcing it past the `*mem_max` cap when
+//! sets exactly what [`super::path`] planned, forcing it past the `*mem_max` cap when
 //! allowed, and reports what the kernel granted.
 
 use std::io;
@@ -155,7 +155,8 @@ pub struct Granted {
 }
 
 /// Sets both socket buffers of `stream` to `bytes`, past the `*mem_max` cap where this
-/// process may (`SO_*BUFFORCE`), else within it.
+/// process may (`SO_*BUFFORCE`), else within it, or leaves a direction to the kernel's
+/// autotuning where that grows further than the cap allows.
 ///
 /// # Errors
 /// The kernel refused even the capped size.
@@ -164,14 +165,31 @@ pub fn size_buffers(stream: &TcpStream, bytes: usize) -> io::Result<Granted> {
     let forced = set_int(fd, libc::SO_SNDBUFFORCE, bytes).is_ok()
         && set_int(fd, libc::SO_RCVBUFFORCE, bytes).is_ok();
     if !forced {
-        set_int(fd, libc::SO_SNDBUF, bytes)?;
-        set_int(fd, libc::SO_RCVBUF, bytes)?;
+        // An explicit size is capped at net.core.*mem_max and stops the kernel's
+        // autotuning, which may grow a buffer further (tcp_*mem's maximum): a direction
+        // is set only where the cap gives more than autotuning would.
+        let dirs = [
+            (libc::SO_SNDBUF, "core/wmem_max", "ipv4/tcp_wmem"),
+            (libc::SO_RCVBUF, "core/rmem_max", "ipv4/tcp_rmem"),
+        ];
+        for (opt, cap, auto) in dirs {
+            let capped = bytes.min(sysctl_last(cap).unwrap_or(usize::MAX));
+            if sysctl_last(auto).unwrap_or(0) < capped.saturating_mul(2) {
+                set_int(fd, opt, bytes)?;
+            }
+        }
     }
     Ok(Granted {
         send: get_int(fd, libc::SO_SNDBUF)?,
         recv: get_int(fd, libc::SO_RCVBUF)?,
         forced,
     })
+}
+
+/// The last number of `/proc/sys/net/NAME` (the maximum of `tcp_rmem`'s three).
+fn sysctl_last(name: &str) -> Option<usize> {
+    let text = std::fs::read_to_string(format!("/proc/sys/net/{name}")).ok()?;
+    text.split_whitespace().last()?.parse().ok()
 }
 
 fn set_int(fd: i32, opt: libc::c_int, value: usize) -> io::Result<()> {
