@@ -29,6 +29,8 @@ pub struct TcpFigures {
     pub bytes_sent: u64,
     /// Bytes retransmitted.
     pub bytes_retrans: u64,
+    /// Bytes the peer acknowledged.
+    pub bytes_acked: u64,
     /// Bytes received.
     pub bytes_received: u64,
     /// The kernel's latest delivery-rate sample, bytes/s.
@@ -59,6 +61,7 @@ pub fn figures(stream: &TcpStream) -> Option<TcpFigures> {
         retransmits: info.tcpi_total_retrans,
         bytes_sent: info.tcpi_bytes_sent,
         bytes_retrans: info.tcpi_bytes_retrans,
+        bytes_acked: info.tcpi_bytes_acked,
         bytes_received: info.tcpi_bytes_received,
         delivery_rate: info.tcpi_delivery_rate,
         snd_cwnd: info.tcpi_snd_cwnd,

@@ -82,8 +82,8 @@ impl Tuning {
 /// One data connection at the end of a session, from `TCP_INFO`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ConnectionReport {
-    /// Bytes this side sent on it (retransmissions included) or received, whichever is
-    /// larger: the connection's direction.
+    /// Bytes this side sent (each once: retransmissions not counted) or received,
+    /// whichever is larger: the connection's payload, whichever way it went.
     pub bytes: u64,
     /// Segments retransmitted.
     pub retransmits: u32,
@@ -99,7 +99,10 @@ impl ConnectionReport {
     /// The report of one connection's figures.
     pub fn of(f: &TcpFigures) -> ConnectionReport {
         ConnectionReport {
-            bytes: f.bytes_sent.max(f.bytes_received),
+            bytes: f
+                .bytes_sent
+                .saturating_sub(f.bytes_retrans)
+                .max(f.bytes_received),
             retransmits: f.retransmits,
             rtt_ms: f64::from(f.rtt_us) / 1e3,
             rate: f.delivery_rate.saturating_mul(8),
