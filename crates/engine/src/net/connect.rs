@@ -111,7 +111,9 @@ impl Dials<'_> {
                     .into_iter()
                     .map(|h| {
                         h.join().unwrap_or_else(|_| {
-                            Err(EngineError::Aborted("a data connection's thread panicked".into()))
+                            Err(EngineError::Aborted(
+                                "a data connection's thread panicked".into(),
+                            ))
                         })
                     })
                     .collect()

@@ -29,6 +29,9 @@ pub struct Tuning {
     pub plan: PathPlan,
     /// The congestion control every data connection uses (None: the kernel's default).
     pub congestion: Option<&'static str>,
+    /// What the kernel did not grant, where it capped the buffers (this process may not
+    /// force them past `net.core.[rw]mem_max`).
+    pub kernel_note: Option<String>,
 }
 
 /// Decides the tuning of `streams` data connections from the control connection
@@ -47,6 +50,7 @@ pub fn decide(control: &TcpStream, streams: u16, cap_bytes: u64) -> Tuning {
         link_bits,
         plan,
         congestion: tcp::best_congestion(),
+        kernel_note: None,
     }
 }
 
@@ -54,28 +58,39 @@ impl Tuning {
     /// Sizes one data connection's buffers and sets its congestion control. A refusal
     /// costs speed, not correctness: it is logged and the connection keeps the kernel's
     /// choice.
-    pub fn apply(&self, s: &TcpStream) {
+    pub fn apply(&self, s: &TcpStream) -> Option<tcp::Granted> {
         let bytes = usize::try_from(self.plan.socket_bytes).unwrap_or(usize::MAX);
-        match tcp::size_buffers(s, bytes) {
-            Ok(g) => tracing::debug!(
-                "data connection buffers: asked {bytes}, send {} recv {} (forced: {})",
-                g.send,
-                g.recv,
-                g.forced
-            ),
-            Err(e) => tracing::warn!("data connection buffers of {bytes} bytes refused: {e}"),
-        }
+        let granted = tcp::size_buffers(s, bytes)
+            .inspect_err(|e| tracing::warn!("data connection buffers of {bytes} bytes: {e}"))
+            .ok();
         if let Some(cc) = self.congestion {
             if let Err(e) = tcp::set_congestion(s, cc) {
                 tracing::warn!("congestion control {cc} refused on a data connection: {e}");
             }
         }
+        granted
+    }
+
+    /// Notes what the kernel granted a data connection, where it is less than asked (the
+    /// kernel reports twice the size it was asked for).
+    fn note_granted(&mut self, g: &tcp::Granted) {
+        let asked = usize::try_from(self.plan.socket_bytes).unwrap_or(usize::MAX);
+        if g.forced || g.send >= asked.saturating_mul(2) {
+            return;
+        }
+        self.kernel_note = Some(format!(
+            "the kernel let this process have {} KiB of send buffer (net.core.wmem_max; CAP_NET_ADMIN lifts it)",
+            g.send >> 10
+        ));
     }
 
     /// The one-line sentence of the human summary and the `--json` `reason`.
     pub fn reason(&self) -> String {
         let cc = self.congestion.unwrap_or("the kernel's default");
-        format!("{}; congestion control {cc}", self.plan.reason)
+        match &self.kernel_note {
+            Some(note) => format!("{}; {note}; congestion control {cc}", self.plan.reason),
+            None => format!("{}; congestion control {cc}", self.plan.reason),
+        }
     }
 }
 
@@ -164,12 +179,16 @@ impl NetworkReport {
 /// the end ([`final_figures`]).
 pub fn tune_session(control: &Link, data: &[Link], cap_bytes: u64) -> (Tuning, Vec<TcpStream>) {
     let streams = u16::try_from(data.len()).unwrap_or(u16::MAX);
-    let t = decide(control.stream(), streams, cap_bytes);
-    for d in data {
-        t.apply(d.stream());
+    let mut t = decide(control.stream(), streams, cap_bytes);
+    let granted: Vec<tcp::Granted> = data.iter().filter_map(|d| t.apply(d.stream())).collect();
+    if let Some(g) = granted.first() {
+        t.note_granted(g);
     }
     tracing::info!("{}", t.reason());
-    let handles = data.iter().filter_map(|d| d.stream().try_clone().ok()).collect();
+    let handles = data
+        .iter()
+        .filter_map(|d| d.stream().try_clone().ok())
+        .collect();
     (t, handles)
 }
 
