@@ -2,6 +2,8 @@
 //! Loopback here; the long paths themselves are measured by `bench/wan.sh` through the
 //! delay line.
 
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
+
 mod common;
 
 use common::{cp, Daemon};

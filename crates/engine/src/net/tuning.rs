@@ -245,10 +245,12 @@ unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
     // SAFETY: the caller's contract: sa_family is readable, and the family says the size.
     match i32::from(unsafe { (*sa).sa_family }) {
         libc::AF_INET => {
+            // SAFETY: the family is AF_INET, so `sa` points at a sockaddr_in.
             let v4 = unsafe { &*sa.cast::<libc::sockaddr_in>() };
             Some(IpAddr::from(u32::from_be(v4.sin_addr.s_addr).to_be_bytes()))
         }
         libc::AF_INET6 => {
+            // SAFETY: the family is AF_INET6, so `sa` points at a sockaddr_in6.
             let v6 = unsafe { &*sa.cast::<libc::sockaddr_in6>() };
             Some(IpAddr::from(v6.sin6_addr.s6_addr))
         }
