@@ -86,5 +86,8 @@ fn a_send_buffer_the_kernel_capped_is_said_in_the_reason() {
     assert_eq!(t.kernel_note, None, "forced: what was asked");
     t.note_granted(&granted(4 << 20, false));
     let reason = t.reason();
-    assert!(reason.contains("4096 KiB of send buffer (net.core.wmem_max"), "{reason}");
+    assert!(
+        reason.contains("4096 KiB of send buffer (net.core.wmem_max"),
+        "{reason}"
+    );
 }
