@@ -146,6 +146,47 @@ pub fn congestion_of(stream: &TcpStream) -> Option<String> {
     Some(String::from_utf8_lossy(&name[..end]).into_owned())
 }
 
+/// Sets how many bytes not yet sent `stream` may queue (`TCP_NOTSENT_LOWAT`): a writer
+/// blocks above it, whatever room the send buffer has.
+///
+/// # Errors
+/// The kernel refused.
+pub fn set_notsent_lowat(stream: &TcpStream, bytes: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the fd is live; `v` is a valid c_int for the call's duration.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            std::ptr::addr_of!(v).cast(),
+            libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The `TCP_NOTSENT_LOWAT` of `stream`.
+pub fn notsent_lowat(stream: &TcpStream) -> Option<u32> {
+    let mut v: libc::c_int = 0;
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).ok()?;
+    // SAFETY: the fd is live; `v` and `len` are valid for writes.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            std::ptr::addr_of_mut!(v).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then(|| u32::try_from(v).ok()).flatten()
+}
+
 /// What [`size_buffers`] got from the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Granted {

@@ -18,6 +18,12 @@ use serde::Serialize;
 use std::net::{IpAddr, TcpStream};
 use std::time::Duration;
 
+/// Bytes a data connection's send buffer holds beyond those in flight: the sender
+/// blocks above it (`TCP_NOTSENT_LOWAT`), so kernel memory follows the path's window, not
+/// the buffer's size, and a killed sender leaves little queued behind it. 8 MiB: two
+/// chunks, 6.7 ms at 10 Gbit/s.
+pub const NOTSENT_LOWAT_BYTES: u32 = 8 << 20;
+
 /// How this side tunes a session's data connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tuning {
@@ -63,6 +69,11 @@ impl Tuning {
         let granted = tcp::size_buffers(s, bytes)
             .inspect_err(|e| tracing::warn!("data connection buffers of {bytes} bytes: {e}"))
             .ok();
+        // Sized to the path, a send buffer could queue its whole size of data the
+        // network has not taken yet; only what is in flight needs it.
+        if let Err(e) = tcp::set_notsent_lowat(s, NOTSENT_LOWAT_BYTES) {
+            tracing::warn!("TCP_NOTSENT_LOWAT refused on a data connection: {e}");
+        }
         if let Some(cc) = self.congestion {
             if let Err(e) = tcp::set_congestion(s, cc) {
                 tracing::warn!("congestion control {cc} refused on a data connection: {e}");

@@ -46,6 +46,7 @@ fn a_lan_session_keeps_the_floor_and_every_data_socket_gets_the_best_congestion_
     // The kernel doubles what it was asked for (forced as root, else capped at
     // net.core.wmem_max, which is at least 208 KiB everywhere).
     assert!(sock.send_buffer_size().unwrap() >= 200 << 10);
+    assert_eq!(tcp::notsent_lowat(&d), Some(NOTSENT_LOWAT_BYTES));
     match t.congestion {
         Some(cc) => assert_eq!(tcp::congestion_of(&d).as_deref(), Some(cc)),
         None => eprintln!("SKIP: this kernel offers none of bbr, htcp, cubic"),
