@@ -93,7 +93,7 @@ main() {
     log "results: $OUT (quick=$QUICK reps=$REPS mtu=$MTU)"
     install_peers
     wan_binaries || exit 1
-    wan_ns_create "wan-b$$" || { log "cannot make namespaces"; exit 1; }
+    wan_ns_create "${WAN_NS_PREFIX:-wan-b}$$" || { log "cannot make namespaces"; exit 1; }
     wan_data || exit 1
     NO_DROP=1  # tmpfs to tmpfs: nothing to drop
     LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)

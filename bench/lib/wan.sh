@@ -12,7 +12,7 @@
 # wan_ns_destroy           deletes the namespaces (call it from a trap)
 
 WAN_NS_A="" WAN_NS_B="" WAN_PID="" WAN_STATS="" WAN_LOG="" WAN_READY=""
-WAN_SUBNET=10.44
+WAN_SUBNET=${WAN_SUBNET:-10.44}
 
 wan_ns_create() {
     WAN_NS_A="${1}a" WAN_NS_B="${1}b"

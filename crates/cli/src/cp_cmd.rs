@@ -420,6 +420,15 @@ fn print_summary(s: &sluice_engine::Summary) {
         s.pipeline,
         s.plan.policy
     ) + "\n"));
+    if let Some(n) = &s.network {
+        let _ = crate::output::stdout(
+            &(format!(
+                "network: {}; {} retransmitted segment(s)",
+                n.reason,
+                n.retransmits()
+            ) + "\n"),
+        );
+    }
     if s.bytes_resumed > 0 {
         let _ = crate::output::stdout(
             &(format!(

@@ -1,7 +1,7 @@
 //! A one-shot server: exactly ONE session on a listener, for the far side that
 //! `sluice cp` starts over ssh. It is the daemon's session without the daemon: the
 //! server side of opening a session ([`crate::net::accept`]), then
-//! [`session::run_role`], like a stream receiver ([`crate::stream`]'s `accept`).
+//! `session::run_role`, like a stream receiver ([`crate::stream`]'s `accept`).
 //!
 //! The path is fixed by whoever started it: the session's `Open` must name `path`
 //! (a trailing '/' may be added or left out), in the direction it was started for;

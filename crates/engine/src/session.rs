@@ -187,6 +187,8 @@ pub(crate) fn run_role(
     // This thread is the session's master (seed 000's MT): it and the control-plane
     // threads it starts (reader, writer, scanner) run where the plan puts control 0.
     runtime.pin_current(PlanRole::Control, 0);
+    let cap = runtime.plan().buffer_bytes();
+    let (tuning, probes) = crate::net::tuning::tune_session(&control_stream, &conns, cap);
     let events =
         spawn_reader(reader).map_err(|e| EngineError::io("starting the control reader", e))?;
     let (control, writer_thread) = spawn_writer(control_stream)
@@ -213,6 +215,8 @@ pub(crate) fn run_role(
             crate::source::run(runtime, spec, opts, wiring, conns)
         }
     };
+    let figures = crate::net::tuning::final_figures(&probes);
+    stats.set_network(crate::net::tuning::NetworkReport::new(&tuning, figures));
     if let Err(e) = &result {
         let msg = match &root {
             Some(r) => crate::sink::redact_root(&e.to_string(), r),

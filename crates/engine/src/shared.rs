@@ -8,7 +8,7 @@ use sluice_wire::Token;
 use std::path::Path;
 use std::time::Duration;
 
-/// What `sluice serve` adds to [`ServeConfig`] for a daemon shared by several users.
+/// What `sluice serve` adds to [`crate::daemon::ServeConfig`] for a daemon shared by several users.
 #[derive(Debug, Clone)]
 pub struct Shared {
     /// The accounts file (`--accounts`); `None`: the one account of `root` and `token`.

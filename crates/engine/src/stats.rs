@@ -1,5 +1,6 @@
 //! Counters and the per-file report of a session, turned into the `--json` summary.
 
+use crate::net::tuning::NetworkReport;
 use crate::options::BeyondPlan;
 use serde::Serialize;
 use sluice_wire::FileEntry;
@@ -66,6 +67,7 @@ struct Inner {
     read_depth: u32,
     codec_threads: u32,
     beyond_plan: Vec<BeyondPlan>,
+    network: Option<NetworkReport>,
 }
 
 /// Thread-safe session statistics.
@@ -278,6 +280,12 @@ impl Stats {
         }
     }
 
+    /// Records how the data connections were tuned to the path and how they ended
+    /// (the last session's, on a side that ran several).
+    pub fn set_network(&self, report: NetworkReport) {
+        self.inner().network = Some(report);
+    }
+
     /// The summary object printed by `--json`.
     pub fn summary(&self, plan: &sluice_placement::Plan) -> Summary {
         let seconds = self.started.elapsed().as_secs_f64();
@@ -310,6 +318,7 @@ impl Stats {
             read_depth: i.read_depth,
             codec_threads: i.codec_threads,
             threads_beyond_plan: i.beyond_plan.clone(),
+            network: i.network.clone(),
             channels: i.channels.clone(),
             plan: plan.clone(),
             failures: i.failures.clone(),
@@ -364,6 +373,10 @@ pub struct Summary {
     /// Roles whose threads this side ran beyond those its plan placed (the extra ones
     /// share the planned threads' CPUs); empty when the plan held every thread.
     pub threads_beyond_plan: Vec<BeyondPlan>,
+    /// The path as this side measured it, the tuning of the data connections and each
+    /// one's `TCP_INFO` at the end; absent where no session ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkReport>,
     /// Per-channel figures of this side.
     pub channels: BTreeMap<u32, ChannelFigures>,
     /// The plan this side used.

@@ -7,7 +7,7 @@
 //! whatever matched, at most [`MAX_ACCOUNTS`]). Two accounts may not share a token, so a
 //! proof names at most one account.
 //!
-//! * [`file`] reads the TOML file (operator input: every error names the file, the
+//! * [`mod@file`] reads the TOML file (operator input: every error names the file, the
 //!   account and the field).
 //! * [`handshake`] runs the server handshake against the accounts.
 //! * [`Live`] holds the accounts a SIGHUP swaps; a running session keeps the

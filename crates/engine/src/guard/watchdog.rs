@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -212,25 +211,9 @@ fn shut(sockets: &[TcpStream]) {
 /// How long ago `sock` last received payload bytes (the kernel's count); zero when it
 /// cannot be read (such a socket never makes a session idle).
 pub(crate) fn since_last_received(sock: &TcpStream) -> Duration {
-    // SAFETY: tcp_info is plain old data; zeroed is a valid value.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let Ok(mut len) = libc::socklen_t::try_from(std::mem::size_of::<libc::tcp_info>()) else {
-        return Duration::ZERO;
-    };
-    // SAFETY: the pointer and length describe `info`, which outlives the call.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            std::ptr::addr_of_mut!(info).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    Duration::from_millis(u64::from(info.tcpi_last_data_recv))
+    crate::net::tcp::figures(sock).map_or(Duration::ZERO, |f| {
+        Duration::from_millis(u64::from(f.last_data_recv_ms))
+    })
 }
 
 /// A handshake deadline; dropping it (or [`Armed::disarm`]) cancels it.

@@ -34,7 +34,7 @@ pub struct Opened {
 }
 
 /// Connects to `addrs`, runs the handshake, sends `open`, and joins every data
-/// connection the daemon accepts (used by `cp` and by streams). `tls` says whether the
+/// connection the daemon accepts (used by `cp` and by streams), several at once. `tls` says whether the
 /// connections are encrypted (all of them or none) and whom to trust; the data
 /// connections are pinned to the certificate the control connection presented.
 ///
@@ -57,15 +57,15 @@ pub fn open_session(
     writer.send(&Frame::Open(offer_direct(open, &est, addr)))?;
     let (accept, advertised) = read_accept(&mut reader, &est, addr)?;
     let key = est.join_key(&accept.session_secret);
-    let mut data = Vec::with_capacity(usize::from(accept.streams()));
-    for i in 0..accept.streams() {
-        let (s, to) = connect_data(i, &hosts, addr, &advertised)?;
-        let link = match &dial {
-            Some(d) => d.secure(s, HANDSHAKE_TIMEOUT)?,
-            None => Link::plain(s),
-        };
-        data.push(join_data(link, &to, &accept, &key, i)?);
-    }
+    let dials = Dials {
+        hosts: &hosts,
+        named: addr,
+        advertised: &advertised,
+        dial: dial.as_ref(),
+        accept: &accept,
+        key: &key,
+    };
+    let data = dials.join_all()?;
     debug_assert_eq!(data.len(), usize::from(accept.streams()));
     reader
         .set_timeout(None)
@@ -78,6 +78,62 @@ pub fn open_session(
         capabilities: est.capabilities,
         fingerprint,
     })
+}
+
+/// Data connections joined at once at most: on a long path each costs several round
+/// trips (TCP, TLS, `Join`), which would add up one after the other; a server that
+/// answers joins one at a time (a stream receiver) keeps each within its timeout.
+const JOINS_AT_ONCE: usize = 8;
+
+/// What every data connection of a session is opened with.
+struct Dials<'a> {
+    hosts: &'a [&'a str],
+    named: &'a str,
+    advertised: &'a Addresses,
+    dial: Option<&'a DataDial>,
+    accept: &'a Accept,
+    key: &'a [u8; 32],
+}
+
+impl Dials<'_> {
+    /// Every data connection of the session, in stream order, [`JOINS_AT_ONCE`] at a
+    /// time; the first failure in stream order is the error.
+    fn join_all(&self) -> Result<Vec<Link>, EngineError> {
+        let indexes: Vec<u16> = (0..self.accept.streams()).collect();
+        let mut data = Vec::with_capacity(indexes.len());
+        for group in indexes.chunks(JOINS_AT_ONCE) {
+            let joined: Vec<Result<Link, EngineError>> = std::thread::scope(|s| {
+                let handles: Vec<_> = group
+                    .iter()
+                    .map(|&i| s.spawn(move || self.join_one(i)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(EngineError::Aborted(
+                                "a data connection's thread panicked".into(),
+                            ))
+                        })
+                    })
+                    .collect()
+            });
+            for link in joined {
+                data.push(link?);
+            }
+        }
+        Ok(data)
+    }
+
+    /// Data connection `i`: connected, secured when the session is, joined.
+    fn join_one(&self, i: u16) -> Result<Link, EngineError> {
+        let (s, to) = connect_data(i, self.hosts, self.named, self.advertised)?;
+        let link = match self.dial {
+            Some(d) => d.secure(s, HANDSHAKE_TIMEOUT)?,
+            None => Link::plain(s),
+        };
+        join_data(link, &to, self.accept, self.key, i)
+    }
 }
 
 /// The control connection and what its handshakes settled: the sluice handshake's

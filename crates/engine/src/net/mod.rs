@@ -13,6 +13,7 @@
 //!   server identities and client trust.
 //! * [`tcp`]: `TCP_INFO`, the congestion control per socket, socket buffers.
 //! * [`path`]: socket buffers sized to the path's bandwidth-delay product (pure).
+//! * [`tuning`]: a session's data connections tuned to the path; the `network` report.
 
 pub mod accept;
 pub mod connect;
@@ -22,6 +23,7 @@ pub mod path;
 pub mod tcp;
 pub mod tls;
 pub mod transport;
+pub mod tuning;
 
 #[cfg(test)]
 mod tests;

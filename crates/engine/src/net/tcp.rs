@@ -7,7 +7,7 @@
 //! unless the process may force it (`CAP_NET_ADMIN`: `SO_SNDBUFFORCE`). A long fat path
 //! needs a window of its bandwidth-delay product, which the defaults of most distributions
 //! (4-6 MiB) do not reach beyond a few tens of milliseconds at 1 Gbit/s. [`size_buffers`]
-//! sets exactly what [`super::path`] decided, forcing it past the `*mem_max` cap when
+//! sets exactly what [`super::path`] planned, forcing it past the `*mem_max` cap when
 //! allowed, and reports what the kernel granted.
 
 use std::io;
@@ -29,12 +29,16 @@ pub struct TcpFigures {
     pub bytes_sent: u64,
     /// Bytes retransmitted.
     pub bytes_retrans: u64,
+    /// Bytes the peer acknowledged.
+    pub bytes_acked: u64,
     /// Bytes received.
     pub bytes_received: u64,
     /// The kernel's latest delivery-rate sample, bytes/s.
     pub delivery_rate: u64,
     /// Congestion window, segments.
     pub snd_cwnd: u32,
+    /// Milliseconds since payload bytes last arrived (the daemon's idle timeout).
+    pub last_data_recv_ms: u32,
 }
 
 /// The connection's `TCP_INFO`, or `None` where the kernel gives none.
@@ -59,9 +63,11 @@ pub fn figures(stream: &TcpStream) -> Option<TcpFigures> {
         retransmits: info.tcpi_total_retrans,
         bytes_sent: info.tcpi_bytes_sent,
         bytes_retrans: info.tcpi_bytes_retrans,
+        bytes_acked: info.tcpi_bytes_acked,
         bytes_received: info.tcpi_bytes_received,
         delivery_rate: info.tcpi_delivery_rate,
         snd_cwnd: info.tcpi_snd_cwnd,
+        last_data_recv_ms: info.tcpi_last_data_recv,
     })
 }
 
@@ -143,6 +149,47 @@ pub fn congestion_of(stream: &TcpStream) -> Option<String> {
     Some(String::from_utf8_lossy(&name[..end]).into_owned())
 }
 
+/// Sets how many bytes not yet sent `stream` may queue (`TCP_NOTSENT_LOWAT`): a writer
+/// blocks above it, whatever room the send buffer has.
+///
+/// # Errors
+/// The kernel refused.
+pub fn set_notsent_lowat(stream: &TcpStream, bytes: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the fd is live; `v` is a valid c_int for the call's duration.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            std::ptr::addr_of!(v).cast(),
+            libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The `TCP_NOTSENT_LOWAT` of `stream`.
+pub fn notsent_lowat(stream: &TcpStream) -> Option<u32> {
+    let mut v: libc::c_int = 0;
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).ok()?;
+    // SAFETY: the fd is live; `v` and `len` are valid for writes.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            std::ptr::addr_of_mut!(v).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then(|| u32::try_from(v).ok()).flatten()
+}
+
 /// What [`size_buffers`] got from the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Granted {
@@ -155,7 +202,8 @@ pub struct Granted {
 }
 
 /// Sets both socket buffers of `stream` to `bytes`, past the `*mem_max` cap where this
-/// process may (`SO_*BUFFORCE`), else within it.
+/// process may (`SO_*BUFFORCE`), else within it, or leaves a direction to the kernel's
+/// autotuning where that grows further than the cap allows.
 ///
 /// # Errors
 /// The kernel refused even the capped size.
@@ -164,14 +212,31 @@ pub fn size_buffers(stream: &TcpStream, bytes: usize) -> io::Result<Granted> {
     let forced = set_int(fd, libc::SO_SNDBUFFORCE, bytes).is_ok()
         && set_int(fd, libc::SO_RCVBUFFORCE, bytes).is_ok();
     if !forced {
-        set_int(fd, libc::SO_SNDBUF, bytes)?;
-        set_int(fd, libc::SO_RCVBUF, bytes)?;
+        // An explicit size is capped at net.core.*mem_max and stops the kernel's
+        // autotuning, which may grow a buffer further (tcp_*mem's maximum): a direction
+        // is set only where the cap gives more than autotuning would.
+        let dirs = [
+            (libc::SO_SNDBUF, "core/wmem_max", "ipv4/tcp_wmem"),
+            (libc::SO_RCVBUF, "core/rmem_max", "ipv4/tcp_rmem"),
+        ];
+        for (opt, cap, auto) in dirs {
+            let capped = bytes.min(sysctl_last(cap).unwrap_or(usize::MAX));
+            if sysctl_last(auto).unwrap_or(0) < capped.saturating_mul(2) {
+                set_int(fd, opt, bytes)?;
+            }
+        }
     }
     Ok(Granted {
         send: get_int(fd, libc::SO_SNDBUF)?,
         recv: get_int(fd, libc::SO_RCVBUF)?,
         forced,
     })
+}
+
+/// The last number of `/proc/sys/net/NAME` (the maximum of `tcp_rmem`'s three).
+fn sysctl_last(name: &str) -> Option<usize> {
+    let text = std::fs::read_to_string(format!("/proc/sys/net/{name}")).ok()?;
+    text.split_whitespace().last()?.parse().ok()
 }
 
 fn set_int(fd: i32, opt: libc::c_int, value: usize) -> io::Result<()> {

@@ -15,19 +15,12 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-/// Socket buffer size asked for on data connections (the kernel may cap it).
-const DATA_SOCKET_BUFFER_BYTES: usize = 8 << 20;
-
-/// Configures a freshly connected or accepted socket.
+/// Configures a freshly connected or accepted socket: no Nagle delay. A data
+/// connection's buffers and congestion control are set by [`super::tuning`] once the
+/// session knows its path (an explicit size here would stop the kernel's autotuning).
 pub fn tune(stream: &TcpStream, data: bool) -> io::Result<()> {
-    stream.set_nodelay(true)?;
-    if data {
-        let sock = socket2::SockRef::from(stream);
-        // Best effort: the kernel clamps to net.core.[rw]mem_max.
-        let _ = sock.set_send_buffer_size(DATA_SOCKET_BUFFER_BYTES);
-        let _ = sock.set_recv_buffer_size(DATA_SOCKET_BUFFER_BYTES);
-    }
-    Ok(())
+    let _ = data;
+    stream.set_nodelay(true)
 }
 
 /// Whether `stream`'s peer is this very host (loopback, or the socket's own address).

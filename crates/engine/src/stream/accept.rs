@@ -60,6 +60,8 @@ pub(super) fn accept_session(
         sluice_wire::Addresses::default(),
     )?;
     let data = join_all(listener, streams, &mut table, tls, writer.is_tls())?;
+    let cap = runtime.plan().buffer_bytes();
+    crate::net::tuning::tune_session(reader.link(), &data, cap);
     reader
         .set_timeout(None)
         .map_err(|e| EngineError::io("clearing a timeout", e))?;

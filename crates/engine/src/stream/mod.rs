@@ -201,6 +201,8 @@ impl StreamSender {
         }
         let open = open_frame(opts, &runtime);
         let opened = session::open_session(addr, opts.token.clone(), open, &opts.tls)?;
+        let cap = runtime.plan().buffer_bytes();
+        crate::net::tuning::tune_session(opened.reader.link(), &opened.data, cap);
         let acked = opened.capabilities.contains(Capabilities::CHUNK_ACKS);
         let slots = total_slots(&runtime);
         check_sizes(opts, &runtime, &opened.accept, slots)?;
