@@ -31,14 +31,22 @@ fn the_ssh_side_and_its_way_come_from_scp_syntax() {
     assert_eq!(pull, Some((Way::Pull, "h".into(), "f.bin".into())));
     assert_eq!(way_of(&["./a:b", "c"]), None);
     assert_eq!(way_of(&["a", "sluice://h/x"]), None);
+    // A daemon-to-daemon copy with the far side as either daemon.
+    let deliver = way_of(&["h:f.bin", "sluice://d/x"]);
+    assert_eq!(deliver, Some((Way::Pull, "h".into(), "f.bin".into())));
+    let receive = way_of(&["sluice://d/x", "h:y"]);
+    assert_eq!(receive, Some((Way::Push, "h".into(), "y".into())));
 }
 
 #[test]
 fn impossible_ssh_copies_are_refused_with_one_line() {
     for (paths, says) in [
-        (&["h:a", "g:b"][..], "both sides are remote"),
+        (&["h:a", "g:b"][..], "both sides are [user@]host:path"),
         (&["h:a", "h:b", "."][..], "one [user@]host:path source"),
-        (&["h:a", "sluice://d/x"][..], "cannot be mixed"),
+        (
+            &["h:a", "h:b", "sluice://d/x"][..],
+            "takes one source and one destination",
+        ),
         (&["a", "@h:x"][..], "has no host"),
     ] {
         let e = ssh_endpoint(&config(paths)).unwrap_err();
