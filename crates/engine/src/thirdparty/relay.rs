@@ -9,6 +9,7 @@ use crate::stats::{FileOutcome, Stats};
 use crate::transport::{FrameReader, FrameWriter};
 use sluice_wire::{ErrorFrame, FileEntry, Frame};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Files announced but not yet reported done or failed; bounded by the source's window
@@ -22,6 +23,10 @@ struct Leg {
     to: FrameWriter,
     /// "source" or "sink": who `from` is, for messages.
     name: &'static str,
+    /// Set by either leg once the close handshake has passed (`CloseAck` relayed): the
+    /// session is complete, and a daemon that then resets its connection (closing it
+    /// with our half-close's bytes unread) ends its leg like a clean close.
+    over: Arc<AtomicBool>,
 }
 
 /// What one direction saw.
@@ -45,15 +50,18 @@ pub fn relay(
     stats: &Arc<Stats>,
 ) -> Result<(), EngineError> {
     let in_flight: InFlight = Arc::default();
+    let over = Arc::new(AtomicBool::new(false));
     let down = Leg {
         from: source.0,
         to: sink.1,
         name: "source",
+        over: Arc::clone(&over),
     };
     let up = Leg {
         from: sink.0,
         to: source.1,
         name: "sink",
+        over,
     };
     let (s, f) = (Arc::clone(stats), Arc::clone(&in_flight));
     let downstream = std::thread::Builder::new()
@@ -97,6 +105,10 @@ fn pump(mut leg: Leg, stats: &Stats, in_flight: &InFlight) -> Result<LegEnd, Eng
         let frame = match leg.from.next(&state) {
             Ok(Some(f)) => f,
             Ok(None) => break,
+            Err(e) if leg.over.load(Ordering::SeqCst) => {
+                tracing::debug!("the {} closed after the session ended: {e}", leg.name);
+                break;
+            }
             Err(e) => {
                 let _ = leg.to.send(&ErrorFrame::new(e.code(), e.to_string()));
                 leg.to.shutdown();
@@ -122,6 +134,7 @@ fn pump(mut leg: Leg, stats: &Stats, in_flight: &InFlight) -> Result<LegEnd, Eng
         // end of its control connection (as it would from a client), closes it, and
         // that end travels on through the other leg to the other side.
         if end.closed {
+            leg.over.store(true, Ordering::SeqCst);
             leg.to.shutdown();
         }
     }
