@@ -12,3 +12,11 @@ pub(crate) fn skip(reason: &str, allowed_in_ci: bool) {
         "CI must run this check: {reason}"
     );
 }
+
+/// A connected pair of loopback TCP sockets (client, server).
+pub(crate) fn tcp_pair() -> (std::net::TcpStream, std::net::TcpStream) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback listener");
+    let c = std::net::TcpStream::connect(l.local_addr().expect("its address")).expect("connect");
+    let (s, _) = l.accept().expect("accept");
+    (c, s)
+}

@@ -1,5 +1,5 @@
 use super::*;
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::Ipv4Addr;
 
 fn limits(per_address: usize, sessions: usize) -> Limits {
     Limits {
@@ -43,12 +43,7 @@ fn sessions_are_bounded() {
     let _s3 = g.session().unwrap();
 }
 
-fn pair() -> (TcpStream, TcpStream) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (s, _) = l.accept().unwrap();
-    (c, s)
-}
+use crate::testing::tcp_pair as pair;
 
 #[test]
 fn an_armed_deadline_shuts_the_socket_down_and_a_disarmed_one_does_not() {

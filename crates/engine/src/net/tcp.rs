@@ -155,39 +155,24 @@ pub fn congestion_of(stream: &TcpStream) -> Option<String> {
 /// # Errors
 /// The kernel refused.
 pub fn set_notsent_lowat(stream: &TcpStream, bytes: u32) -> io::Result<()> {
-    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: the fd is live; `v` is a valid c_int for the call's duration.
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            std::ptr::addr_of!(v).cast(),
-            libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+    set_int(
+        stream.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_NOTSENT_LOWAT,
+        bytes,
+    )
 }
 
 /// The `TCP_NOTSENT_LOWAT` of `stream`.
 pub fn notsent_lowat(stream: &TcpStream) -> Option<u32> {
-    let mut v: libc::c_int = 0;
-    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).ok()?;
-    // SAFETY: the fd is live; `v` and `len` are valid for writes.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            std::ptr::addr_of_mut!(v).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then(|| u32::try_from(v).ok()).flatten()
+    get_int(
+        stream.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_NOTSENT_LOWAT,
+    )
+    .ok()
+    .and_then(|v| u32::try_from(v).ok())
 }
 
 /// What [`size_buffers`] got from the kernel.
@@ -209,8 +194,8 @@ pub struct Granted {
 /// The kernel refused even the capped size.
 pub fn size_buffers(stream: &TcpStream, bytes: usize) -> io::Result<Granted> {
     let fd = stream.as_raw_fd();
-    let forced = set_int(fd, libc::SO_SNDBUFFORCE, bytes).is_ok()
-        && set_int(fd, libc::SO_RCVBUFFORCE, bytes).is_ok();
+    let forced = set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, bytes).is_ok()
+        && set_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, bytes).is_ok();
     if !forced {
         // An explicit size is capped at net.core.*mem_max and stops the kernel's
         // autotuning, which may grow a buffer further (tcp_*mem's maximum): a direction
@@ -222,13 +207,13 @@ pub fn size_buffers(stream: &TcpStream, bytes: usize) -> io::Result<Granted> {
         for (opt, cap, auto) in dirs {
             let capped = bytes.min(sysctl_last(cap).unwrap_or(usize::MAX));
             if sysctl_last(auto).unwrap_or(0) < capped.saturating_mul(2) {
-                set_int(fd, opt, bytes)?;
+                set_int(fd, libc::SOL_SOCKET, opt, bytes)?;
             }
         }
     }
     Ok(Granted {
-        send: get_int(fd, libc::SO_SNDBUF)?,
-        recv: get_int(fd, libc::SO_RCVBUF)?,
+        send: get_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF)?,
+        recv: get_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)?,
         forced,
     })
 }
@@ -239,13 +224,14 @@ fn sysctl_last(name: &str) -> Option<usize> {
     text.split_whitespace().last()?.parse().ok()
 }
 
-fn set_int(fd: i32, opt: libc::c_int, value: usize) -> io::Result<()> {
+/// Sets an integer socket option `opt` at `level`.
+fn set_int(fd: i32, level: libc::c_int, opt: libc::c_int, value: usize) -> io::Result<()> {
     let v = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
     // SAFETY: the fd is live; `v` is a valid c_int for the call's duration.
     let rc = unsafe {
         libc::setsockopt(
             fd,
-            libc::SOL_SOCKET,
+            level,
             opt,
             std::ptr::addr_of!(v).cast(),
             libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4),
@@ -258,19 +244,13 @@ fn set_int(fd: i32, opt: libc::c_int, value: usize) -> io::Result<()> {
     }
 }
 
-fn get_int(fd: i32, opt: libc::c_int) -> io::Result<usize> {
+/// Reads an integer socket option `opt` at `level`.
+fn get_int(fd: i32, level: libc::c_int, opt: libc::c_int) -> io::Result<usize> {
     let mut v: libc::c_int = 0;
     let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4);
     // SAFETY: the fd is live; `v` and `len` are valid for writes.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            std::ptr::addr_of_mut!(v).cast(),
-            &mut len,
-        )
-    };
+    let rc =
+        unsafe { libc::getsockopt(fd, level, opt, std::ptr::addr_of_mut!(v).cast(), &mut len) };
     if rc == 0 {
         Ok(usize::try_from(v).unwrap_or(0))
     } else {
@@ -281,14 +261,8 @@ fn get_int(fd: i32, opt: libc::c_int) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
 
-    fn pair() -> (TcpStream, TcpStream) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (s, _) = l.accept().unwrap();
-        (c, s)
-    }
+    use crate::testing::tcp_pair as pair;
 
     #[test]
     fn the_preferred_congestion_control_is_bbr_then_htcp_then_cubic() {

@@ -1,13 +1,7 @@
 use super::*;
 use std::io::{Read, Write};
-use std::net::TcpListener;
 
-fn pair() -> (TcpStream, TcpStream) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (s, _) = l.accept().unwrap();
-    (c, s)
-}
+use crate::testing::tcp_pair as pair;
 
 #[test]
 fn loopback_is_found_and_has_no_link_rate() {
