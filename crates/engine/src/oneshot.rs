@@ -89,10 +89,11 @@ pub fn serve_one(listener: &TcpListener, cfg: &OneShotConfig) -> Result<Summary,
     // A daemon-to-daemon copy from this side: the destination's session comes in
     // `Delegate`, and this side dials it (as the daemon does, `crate::thirdparty`).
     let delegate = if open.direction == Direction::Deliver {
-        let d = deliver::read_delegate(&mut reader)?;
-        deliver::check(&d, cfg.runtime.chunk_bytes())?;
-        (opts.streams, opts.chunk_bytes) = (d.streams(), d.chunk_bytes);
-        Some(d)
+        Some(deliver::take(
+            &mut reader,
+            &mut opts,
+            cfg.runtime.chunk_bytes(),
+        )?)
     } else {
         None
     };
@@ -101,12 +102,8 @@ pub fn serve_one(listener: &TcpListener, cfg: &OneShotConfig) -> Result<Summary,
     session::state_threads_beyond_plan(&cfg.runtime, &opts, sends, &stats, "the one session");
     let data = match &delegate {
         Some(d) => {
-            let data = deliver::dial(d, cfg.tls.encrypt())?;
-            writer.send(&Frame::Accept(accept::new_accept(
-                opts.streams,
-                opts.chunk_bytes,
-            )?))?;
-            data
+            let accept = accept::new_accept(opts.streams, opts.chunk_bytes)?;
+            deliver::join_and_confirm(d, cfg.tls.encrypt(), &mut writer, accept)?
         }
         None => {
             let encrypted = writer.is_tls();

@@ -67,7 +67,11 @@ impl Daemon {
         let role = role_for(&account.root, open)?;
         // A third-party copy's source takes the destination's session from `Delegate`.
         let delegate = match open.direction {
-            Direction::Deliver => Some(self.delegate(reader, &mut opts)?),
+            Direction::Deliver => Some(deliver::take(
+                reader,
+                &mut opts,
+                self.cfg.runtime.chunk_bytes(),
+            )?),
             Direction::Push | Direction::Pull => None,
         };
         let accept = accept::new_accept(opts.streams, opts.chunk_bytes)?;
@@ -86,10 +90,7 @@ impl Daemon {
         );
         let data = match &delegate {
             Some(d) => {
-                let data = deliver::dial(d, self.cfg.tls.encrypt())?;
-                // Only `Accept`: the data connections went elsewhere, no `Addresses`.
-                writer.send(&Frame::Accept(accept.clone()))?;
-                data
+                deliver::join_and_confirm(d, self.cfg.tls.encrypt(), writer, accept.clone())?
             }
             None => self.gather(est, &accept, open.direction, reader.peer(), writer)?,
         };
@@ -129,20 +130,6 @@ impl Daemon {
             s.io_mode
         );
         result
-    }
-
-    /// The `Delegate` that follows `Open { direction: Deliver }`, checked, with the
-    /// destination's session shape taken into `opts`.
-    pub(super) fn delegate(
-        &self,
-        reader: &mut FrameReader,
-        opts: &mut SessionOptions,
-    ) -> Result<sluice_wire::Delegate, EngineError> {
-        let delegate = deliver::read_delegate(reader)?;
-        deliver::check(&delegate, self.cfg.runtime.chunk_bytes())?;
-        opts.streams = delegate.streams();
-        opts.chunk_bytes = delegate.chunk_bytes;
-        Ok(delegate)
     }
 
     /// What the daemon decides for every session.

@@ -106,3 +106,37 @@ pub fn dial(delegate: &Delegate, encrypt: Encrypt) -> Result<Vec<Link>, EngineEr
     }
     Ok(data)
 }
+
+/// The `Delegate` that must follow `Open { direction: Deliver }`, checked against this
+/// side's `slot_bytes`, with the destination's session shape (streams, chunk size)
+/// taken into `opts`: what the daemon and the ssh-started far side both do.
+///
+/// # Errors
+/// As [`read_delegate`] and [`check`].
+pub(crate) fn take(
+    reader: &mut FrameReader,
+    opts: &mut crate::SessionOptions,
+    slot_bytes: u32,
+) -> Result<Delegate, EngineError> {
+    let delegate = read_delegate(reader)?;
+    check(&delegate, slot_bytes)?;
+    opts.streams = delegate.streams();
+    opts.chunk_bytes = delegate.chunk_bytes;
+    Ok(delegate)
+}
+
+/// Dials and joins the destination ([`dial`]), then confirms to the client with
+/// `accept` alone: the data connections went elsewhere, so no `Addresses` follows.
+///
+/// # Errors
+/// As [`dial`], or the control connection failed.
+pub(crate) fn join_and_confirm(
+    delegate: &Delegate,
+    encrypt: Encrypt,
+    writer: &mut crate::transport::FrameWriter,
+    accept: Accept,
+) -> Result<Vec<Link>, EngineError> {
+    let data = dial(delegate, encrypt)?;
+    writer.send(&Frame::Accept(accept))?;
+    Ok(data)
+}
