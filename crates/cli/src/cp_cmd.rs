@@ -130,6 +130,8 @@ pub struct ServeArgs {
     pub shared: crate::serve_args::SharedArgs,
     #[command(flatten)]
     pub tls: ServerTlsArgs,
+    #[command(flatten)]
+    pub http: crate::http_args::HttpArgs,
 }
 
 /// Reads a shared secret from a file (one trailing newline ignored).
@@ -228,6 +230,8 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
         ..args.job.clone()
     };
     let tls = args.tls.server_tls(args.listen)?;
+    let accounts = shared.accounts(&root, token.clone()).map_err(bad_input)?;
+    let _http = args.http.start(&tls, accounts, args.max_connections)?;
     let machine = load_machine(&args.topology)?;
     let runtime = runtime_on(&machine, &job, &args.topology, Side::Both)?;
     let listener = TcpListener::bind(args.listen)

@@ -16,6 +16,7 @@ mod output;
 mod plan_cmd;
 mod remote;
 mod remote_end;
+mod http_args;
 mod serve_args;
 mod ssh;
 mod stream_cmd;

@@ -201,6 +201,38 @@ impl Accounts {
         }
         found
     }
+
+    /// The account named `name` (a scoped token issued by the HTTP face names it).
+    pub fn by_name(&self, name: &str) -> Option<&Arc<Account>> {
+        self.list.iter().find(|a| a.name == name)
+    }
+
+    /// The account whose token is `presented` (an HTTP `Authorization: Bearer`). Both
+    /// sides are hashed with SHA-256 and every account's digest is compared in constant
+    /// time, with no early exit, so the time taken tells neither which account matched
+    /// nor the length of any token.
+    pub fn find_bearer(&self, presented: &[u8]) -> Option<&Arc<Account>> {
+        let want = ring::digest::digest(&ring::digest::SHA256, presented);
+        let mut found = None;
+        for account in &self.list {
+            let Some(token) = &account.token else {
+                continue;
+            };
+            let have = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+            // Every byte compared, no early exit: the time does not depend on where
+            // the digests differ.
+            let diff = want
+                .as_ref()
+                .iter()
+                .zip(have.as_ref())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+            let ok = std::hint::black_box(diff) == 0;
+            if ok && found.is_none() {
+                found = Some(account);
+            }
+        }
+        found
+    }
 }
 
 /// The accounts in force, swapped whole by a reload; a session holds the

@@ -278,8 +278,12 @@ impl Root {
         })
     }
 
-    /// Opens the directory `rel` (the root itself for `None`).
-    pub(crate) fn open_dir(&self, rel: Option<&RelPath>) -> Result<Dir, FsError> {
+    /// Opens the directory `rel` (the root itself for `None`): a handle that confines
+    /// every path joined to it as the root does (the HTTP face's file operations).
+    ///
+    /// # Errors
+    /// [`FsError`] if it cannot be opened (not found, not a directory, escape).
+    pub fn open_dir(&self, rel: Option<&RelPath>) -> Result<Dir, FsError> {
         match rel {
             None => self.dir.try_clone().map_err(|e| self.err(Op::Open, ".", e)),
             Some(rel) => self

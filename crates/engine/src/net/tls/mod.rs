@@ -147,7 +147,8 @@ impl ServerTls {
         self.encrypt
     }
 
-    pub(crate) fn config(&self) -> Arc<ServerConfig> {
+    /// Its rustls configuration (the HTTP face clones it to add ALPN).
+    pub fn config(&self) -> Arc<ServerConfig> {
         Arc::clone(&self.config)
     }
 }

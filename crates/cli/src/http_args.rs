@@ -1,0 +1,76 @@
+//! `sluice serve --http ADDR`: the HTTP/WebDAV face for FTS3 and gfal2 (`sluice-http`),
+//! started beside the daemon with the same accounts and TLS identity.
+
+use crate::exit::bad_input;
+use anyhow::Result;
+use clap::Args;
+use sluice_engine::accounts::Accounts;
+use sluice_engine::net::tls::ServerTls;
+use sluice_http::HttpServer;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The HTTP face's flags of `sluice serve`.
+#[derive(Debug, Clone, Args)]
+pub struct HttpArgs {
+    /// Also serve HTTPS on ADDR:PORT: a WebDAV subset and HTTP third-party copies
+    /// (COPY), for FTS3/gfal2/davix, with the daemon's accounts and TLS identity.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub http: Option<SocketAddr>,
+    /// Admit clear-text HTTP on a non-loopback --http address (tokens and data cross
+    /// the network unencrypted). Loopback admits it without this flag.
+    #[arg(long)]
+    pub http_insecure: bool,
+    /// Third-party copies (HTTP COPY) run at once; more are answered 429.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub http_max_copies: usize,
+    /// PEM certificates trusted, besides the system's CAs, for HTTPS peers of copies
+    /// (a site CA, or another daemon's certificate).
+    #[arg(long, value_name = "FILE")]
+    pub http_ca: Option<PathBuf>,
+}
+
+impl HttpArgs {
+    /// Starts the HTTP face if `--http` was given; it runs until the process ends.
+    ///
+    /// # Errors
+    /// A bad flag, or the address cannot be bound.
+    pub fn start(
+        &self,
+        tls: &ServerTls,
+        accounts: Accounts,
+        max_connections: usize,
+    ) -> Result<Option<HttpServer>> {
+        let Some(listen) = self.http else {
+            if self.http_insecure || self.http_ca.is_some() {
+                return Err(bad_input("--http-insecure and --http-ca need --http ADDR:PORT"));
+            }
+            return Ok(None);
+        };
+        if self.http_max_copies == 0 {
+            return Err(bad_input("--http-max-copies must be at least 1"));
+        }
+        let client_tls = sluice_http::serve::client_tls(self.http_ca.as_deref()).map_err(bad_input)?;
+        let admit_clear = listen.ip().is_loopback() || self.http_insecure;
+        let cfg = sluice_http::HttpConfig {
+            listen,
+            tls: tls.config(),
+            admit_clear,
+            accounts: Arc::new(accounts),
+            max_connections: max_connections.max(1),
+            max_copies: self.http_max_copies,
+            marker_interval: Duration::from_secs(5),
+            client_tls,
+        };
+        let server = sluice_http::start(cfg)
+            .map_err(|e| anyhow::anyhow!("--http {listen}: cannot listen: {e}"))?;
+        crate::output::stderr_line(&format!(
+            "sluice: http: serving WebDAV and HTTP-TPC on {} (TLS{})",
+            server.local_addr(),
+            if admit_clear { " or clear text" } else { " only" }
+        ));
+        Ok(Some(server))
+    }
+}

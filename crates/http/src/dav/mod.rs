@@ -1,0 +1,303 @@
+//! The WebDAV subset: `HEAD`, `GET` (one `Range`), `PUT`, `DELETE`, `MKCOL`,
+//! `PROPFIND` (depth 0 and 1, in [`propfind`]) and `OPTIONS`, each on the account's
+//! root, each checked against the account's rights and the token's scope first.
+
+pub mod propfind;
+pub mod range;
+
+use crate::auth::{Activity, Grant};
+use crate::body::{FileBody, Out};
+use crate::digest::{self, Algo};
+use crate::error::Fail;
+use crate::target::Target;
+use crate::upload::Upload;
+use http_body_util::BodyExt;
+use hyper::header;
+use hyper::{Request, Response, StatusCode};
+use sluice_engine::fs::Root;
+use std::sync::Arc;
+use tokio::io::AsyncSeekExt;
+
+/// A response being built.
+pub type Reply = Result<Response<Out>, Fail>;
+
+/// The methods `OPTIONS` lists.
+pub const ALLOW: &str = "OPTIONS, GET, HEAD, PUT, DELETE, MKCOL, PROPFIND, COPY, POST";
+
+/// Runs `f` on the blocking pool (file system calls).
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Fail> + Send + 'static,
+) -> Result<T, Fail> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        Fail::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("a file operation did not finish: {e}"),
+        )
+    })?
+}
+
+/// `OPTIONS`: what this server does (class 1 WebDAV, no locks).
+pub fn options() -> Reply {
+    response(StatusCode::OK)
+        .header("DAV", "1")
+        .header(header::ALLOW, ALLOW)
+        .body(Out::empty())
+        .map_err(internal)
+}
+
+pub(crate) fn internal(e: impl std::fmt::Display) -> Fail {
+    Fail::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+pub(crate) fn response(status: StatusCode) -> hyper::http::response::Builder {
+    Response::builder().status(status)
+}
+
+/// What `GET`/`HEAD` found at a path.
+struct Found {
+    file: Option<std::fs::File>,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    digest: Option<String>,
+}
+
+fn open_for_get(root: &Root, target: &Target, want: &[Algo]) -> Result<Found, Fail> {
+    let Some(rel) = &target.rel else {
+        return Ok(Found {
+            file: None,
+            len: 0,
+            modified: None,
+            digest: None,
+        });
+    };
+    let meta = root.entry_metadata(rel)?;
+    if meta.kind == sluice_engine::fs::EntryKind::Dir {
+        return Ok(Found {
+            file: None,
+            len: 0,
+            modified: None,
+            digest: None,
+        });
+    }
+    let file = root.open_read(rel)?;
+    let m = file
+        .metadata()
+        .map_err(|e| Fail::io("stat", rel.as_str(), &e))?;
+    let digest = if want.is_empty() {
+        None
+    } else {
+        let second = root.open_read(rel)?;
+        let d = digest::of_file(&second).map_err(|e| Fail::io("reading", rel.as_str(), &e))?;
+        Some(d.header(want))
+    };
+    Ok(Found {
+        file: Some(file),
+        len: m.len(),
+        modified: m.modified().ok(),
+        digest,
+    })
+}
+
+/// `GET` (`head`: `HEAD`): a file's bytes, all or one range, with `Digest` when asked
+/// for and the whole file is sent; a directory answers 200 with no body to `HEAD`.
+pub async fn get(
+    grant: &Grant,
+    target: Target,
+    req: &Request<hyper::body::Incoming>,
+    head: bool,
+) -> Reply {
+    grant.allow(
+        if head {
+            Activity::List
+        } else {
+            Activity::Download
+        },
+        &target,
+    )?;
+    let want = req
+        .headers()
+        .get("want-digest")
+        .and_then(|v| v.to_str().ok())
+        .map(digest::wanted)
+        .unwrap_or_default();
+    let range_hdr = req
+        .headers()
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let root = Arc::clone(&grant.account.root);
+    let t = target.clone();
+    let want_now = if range_hdr.is_some() && !head {
+        Vec::new()
+    } else {
+        want
+    };
+    let found = blocking(move || open_for_get(&root, &t, &want_now)).await?;
+    let Some(file) = found.file else {
+        if head {
+            return response(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "httpd/unix-directory")
+                .body(Out::empty())
+                .map_err(internal);
+        }
+        return Err(Fail::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{} is a directory: PROPFIND lists it", target.display()),
+        ));
+    };
+    let range = match &range_hdr {
+        Some(r) if !head => range::parse(r, found.len),
+        _ => range::Wanted::Whole,
+    };
+    let mut b = response(StatusCode::OK)
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CONTENT_TYPE, "application/octet-stream");
+    if let Some(t) = found.modified {
+        b = b.header(header::LAST_MODIFIED, httpdate::fmt_http_date(t));
+    }
+    if let Some(d) = &found.digest {
+        b = b.header("Digest", d);
+    }
+    let (start, len) = match range {
+        range::Wanted::Whole => (0, found.len),
+        range::Wanted::Part { start, len } => {
+            let end = start + len - 1;
+            b = b.status(StatusCode::PARTIAL_CONTENT).header(
+                header::CONTENT_RANGE,
+                format!("bytes {start}-{end}/{}", found.len),
+            );
+            (start, len)
+        }
+        range::Wanted::Unsatisfiable => {
+            return response(StatusCode::RANGE_NOT_SATISFIABLE)
+                .header(header::CONTENT_RANGE, format!("bytes */{}", found.len))
+                .body(Out::empty())
+                .map_err(internal);
+        }
+    };
+    b = b.header(header::CONTENT_LENGTH, len);
+    if head {
+        return b.body(Out::empty()).map_err(internal);
+    }
+    let mut f = tokio::fs::File::from_std(file);
+    if start > 0 {
+        f.seek(std::io::SeekFrom::Start(start))
+            .await
+            .map_err(|e| Fail::io("seeking", &target.display()[1..], &e))?;
+    }
+    b.body(Out::File(FileBody::new(f, len))).map_err(internal)
+}
+
+/// `PUT`: the body streamed into a temporary file, renamed into place when complete
+/// (201 new, 204 replaced); a body shorter than its `Content-Length` leaves nothing.
+pub async fn put(grant: &Grant, target: Target, req: Request<hyper::body::Incoming>) -> Reply {
+    grant.allow(Activity::Upload, &target)?;
+    let rel = target.file("PUT")?.clone();
+    let expected = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .map(|v| {
+            v.to_str()
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| Fail::bad("Content-Length: not a number"))
+        })
+        .transpose()?;
+    let mut up = Upload::begin(Arc::clone(&grant.account.root), rel).await?;
+    let mut body = req.into_body();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            Fail::bad(format!(
+                "PUT {}: the body ended early: {e}",
+                target.display()
+            ))
+        })?;
+        if let Some(data) = frame.data_ref() {
+            up.write(data).await?;
+        }
+    }
+    if let Some(n) = expected {
+        if n != up.written() {
+            return Err(Fail::bad(format!(
+                "PUT {}: {} bytes received, Content-Length said {n}",
+                target.display(),
+                up.written()
+            )));
+        }
+    }
+    let done = up.commit().await?;
+    let status = if done.replaced {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::CREATED
+    };
+    response(status)
+        .header("Digest", done.digests.header(&[Algo::Adler32, Algo::Md5]))
+        .body(Out::empty())
+        .map_err(internal)
+}
+
+/// `DELETE`: a file, or a directory with everything in it (204).
+pub async fn delete(grant: &Grant, target: Target) -> Reply {
+    grant.allow(Activity::Delete, &target)?;
+    let rel = target.file("DELETE")?.clone();
+    let root = Arc::clone(&grant.account.root);
+    blocking(move || {
+        let (dir, name) = parent(&root, &rel, StatusCode::NOT_FOUND)?;
+        let meta = dir
+            .symlink_metadata(&name)
+            .map_err(|e| Fail::io("stat", rel.as_str(), &e))?;
+        let gone = if meta.is_dir() {
+            dir.remove_dir_all(&name)
+        } else {
+            dir.remove_file(&name)
+        };
+        gone.map_err(|e| Fail::io("removing", rel.as_str(), &e))
+    })
+    .await?;
+    response(StatusCode::NO_CONTENT)
+        .body(Out::empty())
+        .map_err(internal)
+}
+
+/// `MKCOL`: one directory, whose parent exists (409 otherwise; 405 if it exists).
+pub async fn mkcol(grant: &Grant, target: Target) -> Reply {
+    grant.allow(Activity::Manage, &target)?;
+    let rel = target.file("MKCOL")?.clone();
+    let root = Arc::clone(&grant.account.root);
+    blocking(move || {
+        let (dir, name) = parent(&root, &rel, StatusCode::CONFLICT)?;
+        dir.create_dir(&name).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Fail::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("/{}: already exists", rel.as_str()),
+            ),
+            _ => Fail::io("creating", rel.as_str(), &e),
+        })
+    })
+    .await?;
+    response(StatusCode::CREATED)
+        .body(Out::empty())
+        .map_err(internal)
+}
+
+/// The directory holding `rel` and its last component; a missing directory is
+/// `missing` (404 for DELETE, 409 for MKCOL and PUT).
+pub(crate) fn parent(
+    root: &Root,
+    rel: &sluice_wire::RelPath,
+    missing: StatusCode,
+) -> Result<(cap_std::fs::Dir, String), Fail> {
+    let dir = root.open_dir(rel.parent().as_ref()).map_err(|e| {
+        let f = Fail::from(e);
+        if f.status == StatusCode::NOT_FOUND || f.status == StatusCode::CONFLICT {
+            Fail::new(
+                missing,
+                format!("/{}: its directory does not exist", rel.as_str()),
+            )
+        } else {
+            f
+        }
+    })?;
+    Ok((dir, rel.file_name().to_owned()))
+}

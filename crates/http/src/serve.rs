@@ -1,0 +1,385 @@
+//! The HTTP listener: a tokio runtime on threads of its own, TLS (the daemon's identity,
+//! ALPN `http/1.1`) or clear text, one hyper HTTP/1.1 connection per client, and the
+//! dispatch of each request to its method.
+
+use crate::auth::{self, Grant};
+use crate::body::Out;
+use crate::dav::{self, Reply};
+use crate::error::Fail;
+use crate::macaroon::Key;
+use crate::target::{self, Target};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use sluice_engine::accounts::Accounts;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::{oneshot, Semaphore};
+
+/// How long a client has to finish its TLS handshake, or to send a request's headers.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest request body read whole (`PROPFIND`, macaroon requests).
+pub const MAX_SMALL_BODY: usize = 64 << 10;
+
+/// The HTTP face's settings.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// TLS with the daemon's identity (ALPN `http/1.1` is added).
+    pub tls: Arc<rustls::ServerConfig>,
+    /// Whether clear-text HTTP is admitted too (loopback, or `--http-insecure`): the
+    /// first byte tells a TLS handshake from a request.
+    pub admit_clear: bool,
+    /// The accounts served.
+    pub accounts: Arc<Accounts>,
+    /// Connections served at once; more wait in the kernel's backlog.
+    pub max_connections: usize,
+    /// Third-party copies at once; more are answered 429.
+    pub max_copies: usize,
+    /// How often a copy's perf marker is sent.
+    pub marker_interval: Duration,
+    /// How this daemon checks the servers it copies from (HTTPS sources).
+    pub client_tls: Arc<rustls::ClientConfig>,
+}
+
+/// What every request handler shares.
+pub struct State {
+    /// The settings.
+    pub cfg: HttpConfig,
+    /// The scoped tokens' signing key.
+    pub key: Key,
+    /// A permit per running copy.
+    pub copies: Arc<Semaphore>,
+    tls: tokio_rustls::TlsAcceptor,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a request came over TLS (a request extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverTls(pub bool);
+
+/// A running HTTP face.
+#[derive(Debug)]
+pub struct HttpServer {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HttpServer {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting and waits for the accept loop to end.
+    pub fn stop(mut self) {
+        self.shut();
+    }
+
+    fn shut(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.shut();
+    }
+}
+
+/// Binds `cfg.listen` and serves on threads of its own until stopped.
+///
+/// # Errors
+/// The address cannot be bound, or the runtime or the signing key cannot be made.
+pub fn start(cfg: HttpConfig) -> std::io::Result<HttpServer> {
+    assert!(cfg.max_connections > 0 && cfg.max_copies > 0);
+    let listener = std::net::TcpListener::bind(cfg.listen)?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(64)
+        .thread_name("http")
+        .enable_all()
+        .build()?;
+    let mut tls = (*cfg.tls).clone();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let state = Arc::new(State {
+        key: Key::random()?,
+        copies: Arc::new(Semaphore::new(cfg.max_copies)),
+        tls: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
+        cfg,
+    });
+    let (tx, rx) = oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("http-accept".into())
+        .spawn(move || rt.block_on(accept_loop(listener, state, rx)))?;
+    Ok(HttpServer {
+        addr,
+        stop: Some(tx),
+        thread: Some(thread),
+    })
+}
+
+async fn accept_loop(
+    listener: std::net::TcpListener,
+    state: Arc<State>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("http: cannot listen: {e}");
+            return;
+        }
+    };
+    let slots = Arc::new(Semaphore::new(state.cfg.max_connections));
+    loop {
+        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let accepted = tokio::select! {
+            _ = &mut stop => return,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let st = Arc::clone(&state);
+                tokio::spawn(async move {
+                    connection(st, stream, peer).await;
+                    drop(permit);
+                });
+            }
+            Err(e) => {
+                tracing::warn!("http: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn connection(state: Arc<State>, stream: tokio::net::TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    if state.cfg.admit_clear {
+        let mut first = [0u8; 1];
+        match tokio::time::timeout(HEADER_TIMEOUT, stream.peek(&mut first)).await {
+            Ok(Ok(1)) if first[0] != TLS_HANDSHAKE_BYTE => {
+                return http1(state, stream, peer, false).await
+            }
+            Ok(Ok(1)) => {}
+            _ => return,
+        }
+    }
+    let acceptor = state.tls.clone();
+    match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(s)) => http1(state, s, peer, true).await,
+        Ok(Err(e)) => tracing::debug!("http: {peer}: TLS handshake failed: {e}"),
+        Err(_) => tracing::debug!("http: {peer}: TLS handshake timed out"),
+    }
+}
+
+/// The first byte of a TLS handshake record.
+const TLS_HANDSHAKE_BYTE: u8 = 0x16;
+
+async fn http1<S>(state: Arc<State>, stream: S, peer: SocketAddr, tls: bool)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(OverTls(tls));
+        let st = Arc::clone(&state);
+        async move { Ok::<_, std::convert::Infallible>(handle(&st, req, peer).await) }
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+    if let Err(e) = served {
+        tracing::debug!("http: {peer}: {e}");
+    }
+}
+
+async fn handle(state: &State, req: Request<Incoming>, peer: SocketAddr) -> Response<Out> {
+    let what = format!("{} {}", req.method(), req.uri().path());
+    match route(state, req).await {
+        Ok(r) => {
+            tracing::debug!("http: {peer}: {what}: {}", r.status());
+            r
+        }
+        Err(f) => {
+            tracing::info!("http: {peer}: {what}: {f}");
+            fail_response(&f)
+        }
+    }
+}
+
+/// The response for a failure: its status, the reason as one line of text, and
+/// `WWW-Authenticate: Bearer` on a 401.
+pub fn fail_response(f: &Fail) -> Response<Out> {
+    let mut r = Response::new(Out::text(format!("{}\n", f.message)));
+    *r.status_mut() = f.status;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if f.status == StatusCode::UNAUTHORIZED {
+        h.insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"sluice\""),
+        );
+    }
+    r
+}
+
+async fn route(state: &State, req: Request<Incoming>) -> Reply {
+    if req.method() == hyper::Method::OPTIONS {
+        return dav::options();
+    }
+    let target = target::parse(req.uri().path())?;
+    let grant = auth::authenticate(
+        &state.cfg.accounts,
+        &state.key,
+        req.headers(),
+        SystemTime::now(),
+    )?;
+    match req.method().as_str() {
+        "HEAD" => dav::get(&grant, target, &req, true).await,
+        "GET" => dav::get(&grant, target, &req, false).await,
+        "PUT" => dav::put(&grant, target, req).await,
+        "DELETE" => dav::delete(&grant, target).await,
+        "MKCOL" => dav::mkcol(&grant, target).await,
+        "PROPFIND" => {
+            let depth = header_str(&req, "depth");
+            small_body(req).await?;
+            dav::propfind::propfind(&grant, target, depth.as_deref()).await
+        }
+        "COPY" => crate::copy::copy(state, &grant, target, req).await,
+        "POST" => post(state, &grant, target, req).await,
+        m => Err(Fail::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{m}: not served (served: {})", dav::ALLOW),
+        )),
+    }
+}
+
+/// A header's value as text, if present and text.
+pub(crate) fn header_str<B>(req: &Request<B>, name: &str) -> Option<String> {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// A request body of at most [`MAX_SMALL_BODY`] bytes, read whole.
+///
+/// # Errors
+/// 413 for a larger one, 400 for one that breaks off.
+pub(crate) async fn small_body(req: Request<Incoming>) -> Result<bytes::Bytes, Fail> {
+    let limited = http_body_util::Limited::new(req.into_body(), MAX_SMALL_BODY);
+    match limited.collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Fail::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than {MAX_SMALL_BODY} bytes"),
+        )),
+        Err(e) => Err(Fail::bad(format!("the request body broke off: {e}"))),
+    }
+}
+
+/// `POST` with `Content-Type: application/macaroon-request`: a scoped token for the
+/// target (JSON `{"macaroon": ..., "uri": {...}}`).
+async fn post(state: &State, grant: &Grant, target: Target, req: Request<Incoming>) -> Reply {
+    let ct = header_str(&req, "content-type").unwrap_or_default();
+    if !ct
+        .trim()
+        .to_ascii_lowercase()
+        .starts_with("application/macaroon-request")
+    {
+        return Err(Fail::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "POST: only Content-Type application/macaroon-request is served",
+        ));
+    }
+    let https = req.extensions().get::<OverTls>().is_some_and(|t| t.0);
+    let host = header_str(&req, "host").unwrap_or_else(|| state.cfg.listen.to_string());
+    let body = small_body(req).await?;
+    let scope = crate::macaroon::requested(grant, &target, &body, SystemTime::now())?;
+    let token = state.key.issue(&scope);
+    let scheme = if https { "https" } else { "http" };
+    let base = format!(
+        "{scheme}://{host}{}",
+        target::href(target.rel.as_ref(), target.slash)
+    );
+    let v = serde_json::json!({
+        "macaroon": token,
+        "uri": {
+            "target": base,
+            "targetWithMacaroon": format!("{base}?authz={token}"),
+            "baseWithMacaroon": format!("{scheme}://{host}/?authz={token}"),
+        }
+    });
+    dav::response(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Out::text(format!("{v}\n")))
+        .map_err(dav::internal)
+}
+
+/// The trust for HTTPS sources and destinations of copies: the system's CA bundle
+/// (`/etc/ssl/certs/ca-certificates.crt`, if present) and the PEM certificates of
+/// `extra` (`--http-ca`: a site CA, or a peer daemon's self-signed certificate).
+///
+/// # Errors
+/// `extra` cannot be read or holds no certificate; no certificate is trusted at all.
+pub fn client_tls(extra: Option<&std::path::Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    let system = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
+    if let Ok(iter) = CertificateDer::pem_file_iter(system) {
+        let (ok, bad) = roots.add_parsable_certificates(iter.filter_map(Result::ok));
+        tracing::debug!("http: {ok} system CA certificates ({bad} unusable)");
+    }
+    if let Some(p) = extra {
+        let certs = CertificateDer::pem_file_iter(p)
+            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("--http-ca {}: {e}", p.display()))?;
+        if certs.is_empty() {
+            return Err(format!(
+                "--http-ca {}: no PEM certificate in it",
+                p.display()
+            ));
+        }
+        for c in certs {
+            roots
+                .add(c)
+                .map_err(|e| format!("--http-ca {}: {e}", p.display()))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
