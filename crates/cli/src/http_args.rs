@@ -45,14 +45,17 @@ impl HttpArgs {
     ) -> Result<Option<HttpServer>> {
         let Some(listen) = self.http else {
             if self.http_insecure || self.http_ca.is_some() {
-                return Err(bad_input("--http-insecure and --http-ca need --http ADDR:PORT"));
+                return Err(bad_input(
+                    "--http-insecure and --http-ca need --http ADDR:PORT",
+                ));
             }
             return Ok(None);
         };
         if self.http_max_copies == 0 {
             return Err(bad_input("--http-max-copies must be at least 1"));
         }
-        let client_tls = sluice_http::serve::client_tls(self.http_ca.as_deref()).map_err(bad_input)?;
+        let client_tls =
+            sluice_http::serve::client_tls(self.http_ca.as_deref()).map_err(bad_input)?;
         let admit_clear = listen.ip().is_loopback() || self.http_insecure;
         let cfg = sluice_http::HttpConfig {
             listen,
@@ -69,7 +72,11 @@ impl HttpArgs {
         crate::output::stderr_line(&format!(
             "sluice: http: serving WebDAV and HTTP-TPC on {} (TLS{})",
             server.local_addr(),
-            if admit_clear { " or clear text" } else { " only" }
+            if admit_clear {
+                " or clear text"
+            } else {
+                " only"
+            }
         ));
         Ok(Some(server))
     }

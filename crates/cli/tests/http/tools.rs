@@ -1,0 +1,139 @@
+//! The clients the HTTP tests drive (gfal2's `gfal-*`, davix, curl), run with a
+//! deadline and the environment they need, and the daemon's HTTP address.
+
+use super::common::{ChildGuard, Daemon};
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one client command may run.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// gfal2's option that accepts the daemon's self-signed certificate.
+pub const GFAL_INSECURE: &str = "HTTP PLUGIN:INSECURE=true";
+
+/// A finished client command.
+#[derive(Debug)]
+pub struct Ran {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    #[track_caller]
+    pub fn ok(&self, what: &str) -> &Ran {
+        assert_eq!(self.code, Some(0), "{what} failed: {self:?}");
+        self
+    }
+}
+
+/// Whether `tool` can be run here; prints a loud SKIP line when it cannot.
+pub fn have(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("SKIP: {tool} is not installed (scripts/setup.sh installs gfal2, gfal2-plugin-http, gfal2-util-scripts, davix, curl)");
+    }
+    found
+}
+
+/// Runs `program args` with `env`, failing the test after [`DEADLINE`].
+pub fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Ran {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .envs(env.iter().copied())
+        // gfal's scripts pick the first python that imports gfal2: the system's.
+        .env("GFAL_PYTHONBIN", "/usr/bin/python3")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = ChildGuard(
+        cmd.spawn()
+            .unwrap_or_else(|e| panic!("{program} runs: {e}")),
+    );
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut s);
+            }
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let stdout = drain(child.0.stdout.take().map(|s| Box::new(s) as _));
+    let stderr = drain(child.0.stderr.take().map(|s| Box::new(s) as _));
+    let deadline = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(s) = child.0.try_wait().expect("waiting for a child") {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{program} {args:?}: still running after {DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ran {
+        code: status.code(),
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
+}
+
+/// The `ADDR:PORT` of the daemon's HTTP face (from its stderr line).
+pub fn http_addr(d: &Daemon) -> String {
+    let log = d.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("sluice: http: serving"))
+        .unwrap_or_else(|| panic!("no HTTP line in the daemon's log:\n{log}"));
+    let addr = line
+        .split(" on ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("no address in {line}"));
+    addr.to_string()
+}
+
+/// `curl -s -k` with `args`: the status (0: no HTTP answer) and the body as text.
+pub fn curl(args: &[&str]) -> (u16, String) {
+    let (code, body) = curl_bytes(args);
+    (code, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// [`curl`] with the body as bytes.
+pub fn curl_bytes(args: &[&str]) -> (u16, Vec<u8>) {
+    let out = tempfile::NamedTempFile::new().expect("a temp file");
+    let path = out.path().to_str().expect("UTF-8").to_owned();
+    let mut full = vec!["-s", "-k", "-o", &path, "-w", "%{http_code}"];
+    full.extend_from_slice(args);
+    let r = run("curl", &full, &[]);
+    let body = std::fs::read(out.path()).unwrap_or_default();
+    (r.stdout.trim().parse().unwrap_or(0), body)
+}
+
+/// Adler-32 of `bytes` (as zlib computes it).
+pub fn adler32(bytes: &[u8]) -> u32 {
+    let (mut a, mut b) = (1u32, 0u32);
+    for &x in bytes {
+        a = (a + u32::from(x)) % 65_521;
+        b = (b + a) % 65_521;
+    }
+    (b << 16) | a
+}
+
+/// `n` bytes that differ from run to run of the pattern (no compression shortcut).
+pub fn data(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
