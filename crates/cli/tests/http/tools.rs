@@ -1,6 +1,8 @@
 //! The clients the HTTP tests drive (gfal2's `gfal-*`, davix, curl), run with a
 //! deadline and the environment they need, and the daemon's HTTP address.
 
+#![allow(dead_code)]
+
 use super::common::{ChildGuard, Daemon};
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -136,4 +138,77 @@ pub fn data(n: usize, seed: u64) -> Vec<u8> {
             (x >> 24) as u8
         })
         .collect()
+}
+
+/// A daemon started with `prefix` in front of the binary (e.g. `ip netns exec NS`),
+/// ready once its `--json` line is printed; its stderr is kept in `log`.
+pub struct Served {
+    pub child: ChildGuard,
+    pub log: std::path::PathBuf,
+}
+
+impl Served {
+    /// Starts `sluice serve ARGS` under `prefix`, logging to `log`.
+    pub fn start(prefix: &[&str], args: &[&str], log: &std::path::Path) -> Served {
+        use std::io::BufRead;
+        let (program, rest) = match prefix.split_first() {
+            Some((p, rest)) => (*p, rest.to_vec()),
+            None => (super::common::BIN, Vec::new()),
+        };
+        let mut cmd = Command::new(program);
+        cmd.args(rest);
+        if !prefix.is_empty() {
+            cmd.arg(super::common::BIN);
+        }
+        cmd.arg("serve")
+            .args(["--json", "--buffer-mem", "64MiB", "--chunk-size", "1MiB"])
+            .args(args)
+            .env_remove("SLUICE_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).expect("a log file"));
+        let mut child = ChildGuard(cmd.spawn().expect("sluice serve starts"));
+        let stdout = child.0.stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = std::io::BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next());
+            for _ in lines {}
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Some(Ok(_))) => {}
+            _ => panic!(
+                "sluice serve not ready: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            ),
+        }
+        Served {
+            child,
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// What it logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// A free TCP port on loopback (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Waits (at most 30 s) until something accepts on `addr`.
+pub fn wait_listening(addr: &str) {
+    for _ in 0..300 {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("nothing listens on {addr}");
 }

@@ -1,0 +1,337 @@
+//! HTTP third-party copies (`COPY` with `Source:`) into `sluice serve --http`: from a
+//! foreign server (Python's http.server), from a source that breaks off or stalls
+//! (failure marker, nothing under the final name), the concurrency limit (429),
+//! cancellation when the client goes away, the 400/501 refusals, and `gfal-copy
+//! --copy-mode pull` between two daemons in two network namespaces, with the links'
+//! byte counters showing the data went daemon to daemon.
+
+// Test helpers may unwrap: a panic there is a failed assertion.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+#[path = "http/netns.rs"]
+mod netns;
+#[path = "http/tools.rs"]
+mod tools;
+
+use common::{ChildGuard, Daemon};
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+use tools::{curl, data, have, http_addr, run, Served, GFAL_INSECURE};
+
+const TOKEN: &str = "http-tpc-token-0123456789";
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 path")
+}
+
+fn token_file(dir: &Path) -> PathBuf {
+    let tok = dir.join("token");
+    std::fs::write(&tok, TOKEN).unwrap();
+    std::fs::set_permissions(&tok, std::fs::Permissions::from_mode(0o600)).unwrap();
+    tok
+}
+
+/// A loopback daemon with `--http` and `extra`: (daemon, `http://ADDR`).
+fn daemon(dir: &Path, root: &Path, extra: &[&str]) -> (Daemon, String) {
+    let tok = token_file(dir);
+    let mut args = vec!["--token-file", s(&tok), "--http", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let d = Daemon::start_with(root, &args, &[]);
+    let base = format!("http://{}", http_addr(&d));
+    (d, base)
+}
+
+fn setup() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    (dir, root)
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Polls (at most 60 s, no timing assertion) until `dir` holds exactly `want`.
+fn settle(dir: &Path, want: &[&str]) {
+    for _ in 0..600 {
+        if names(dir) == want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(names(dir), want);
+}
+
+fn copy_pull(base: &str, path: &str, source: &str) -> (u16, String) {
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let src = format!("Source: {source}");
+    curl(&[
+        "-N",
+        "-X",
+        "COPY",
+        "-H",
+        &auth,
+        "-H",
+        &src,
+        &format!("{base}/{path}"),
+    ])
+}
+
+/// A source that answers one GET with `Content-Length: announced`, sends `sent`
+/// bytes, then closes (`hold` false) or waits until the other side closes; it reports
+/// on the channel when its connection ended.
+fn fake_source(announced: u64, sent: usize, hold: bool) -> (String, mpsc::Receiver<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((mut c, _)) = l.accept() else { return };
+        let mut req = [0u8; 4096];
+        let _ = c.read(&mut req);
+        let _ = write!(c, "HTTP/1.1 200 OK\r\nContent-Length: {announced}\r\n\r\n");
+        let _ = c.write_all(&vec![5u8; sent]);
+        if hold {
+            let mut b = [0u8; 64];
+            while matches!(c.read(&mut b), Ok(n) if n > 0) {}
+        }
+        drop(c);
+        let _ = tx.send(());
+    });
+    (format!("http://{addr}/f"), rx)
+}
+
+#[test]
+fn pull_from_python_http_server() {
+    if !have("curl") || !have("python3") {
+        return;
+    }
+    let (dir, root) = setup();
+    let srv = dir.path().join("srv");
+    std::fs::create_dir(&srv).unwrap();
+    let bytes = data(8_000_000, 7);
+    std::fs::write(srv.join("big.bin"), &bytes).unwrap();
+    let port = tools::free_port();
+    let _py = ChildGuard(
+        std::process::Command::new("/usr/bin/python3")
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .current_dir(&srv)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    tools::wait_listening(&format!("127.0.0.1:{port}"));
+    let (_d, base) = daemon(dir.path(), &root, &[]);
+    let (code, body) = copy_pull(
+        &base,
+        "pulled.bin",
+        &format!("http://127.0.0.1:{port}/big.bin"),
+    );
+    assert_eq!(code, 202, "{body}");
+    assert!(
+        body.starts_with("Perf Marker\n") && body.contains("Stripe Bytes Transferred:"),
+        "{body}"
+    );
+    assert!(body.ends_with("success: Created\n"), "{body}");
+    assert_eq!(std::fs::read(root.join("pulled.bin")).unwrap(), bytes);
+    // A missing source: a failure line, nothing written.
+    let (code, body) = copy_pull(
+        &base,
+        "missing.bin",
+        &format!("http://127.0.0.1:{port}/nope"),
+    );
+    assert_eq!(code, 202);
+    assert!(
+        body.trim_end()
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("failure: ") && l.contains("404")),
+        "{body}"
+    );
+    settle(&root, &["pulled.bin"]);
+}
+
+#[test]
+fn a_source_that_breaks_off_fails_the_copy_and_leaves_nothing() {
+    if !have("curl") {
+        return;
+    }
+    let (dir, root) = setup();
+    let (_d, base) = daemon(dir.path(), &root, &[]);
+    let (url, _done) = fake_source(10_000_000, 300_000, false);
+    let (code, body) = copy_pull(&base, "cut.bin", &url);
+    assert_eq!(code, 202, "{body}");
+    let last = body.trim_end().lines().last().unwrap_or("").to_string();
+    assert!(last.starts_with("failure: "), "{body}");
+    settle(&root, &[]);
+}
+
+#[test]
+fn refusals_400_501_and_rights() {
+    if !have("curl") {
+        return;
+    }
+    let (dir, root) = setup();
+    let (_d, base) = daemon(dir.path(), &root, &[]);
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let (code, body) = curl(&[
+        "-X",
+        "COPY",
+        "-H",
+        &auth,
+        "-H",
+        "Source: http://127.0.0.1:1/a",
+        "-H",
+        "Destination: http://127.0.0.1:1/b",
+        &format!("{base}/x"),
+    ]);
+    assert_eq!(code, 400, "{body}");
+    let (code, body) = copy_pull(&base, "x", "gsiftp://example.org/a");
+    assert_eq!(code, 501, "{body}");
+    let (code, _) = curl(&[
+        "-X",
+        "COPY",
+        "-H",
+        "Source: http://127.0.0.1:1/a",
+        &format!("{base}/x"),
+    ]);
+    assert_eq!(code, 401);
+    assert_eq!(names(&root), Vec::<String>::new());
+}
+
+#[test]
+fn the_copy_limit_answers_429_and_a_client_that_leaves_cancels_its_copy() {
+    if !have("curl") {
+        return;
+    }
+    let (dir, root) = setup();
+    let (_d, base) = daemon(dir.path(), &root, &["--http-max-copies", "1"]);
+    let (url, source_closed) = fake_source(50_000_000, 1_000_000, true);
+    let addr = base.trim_start_matches("http://").to_string();
+    let mut client = std::net::TcpStream::connect(&addr).unwrap();
+    write!(client, "COPY /held.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nSource: {url}\r\n\r\n").unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("End\n") {
+        let n = client.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "the daemon closed: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert!(String::from_utf8_lossy(&seen).starts_with("HTTP/1.1 202"));
+    let (code, body) = copy_pull(&base, "second.bin", "http://127.0.0.1:1/x");
+    assert_eq!(code, 429, "{body}");
+    // The client leaves: the daemon cancels the copy, closes the source, removes the
+    // partial file, and frees its slot.
+    drop(client);
+    source_closed
+        .recv_timeout(Duration::from_secs(90))
+        .expect("the daemon closed the source connection");
+    settle(&root, &[]);
+    let mut freed = false;
+    for _ in 0..300 {
+        if copy_pull(&base, "third.bin", "http://127.0.0.1:1/x").0 == 202 {
+            freed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(freed, "the cancelled copy's slot was never freed");
+}
+
+#[test]
+fn gfal_copy_pull_between_daemons_in_two_namespaces() {
+    if !have("gfal-copy") {
+        return;
+    }
+    let Some(pair) = netns::Pair::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tok = token_file(dir.path());
+    let (root_a, root_b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir(&root_a).unwrap();
+    std::fs::create_dir(&root_b).unwrap();
+    let bytes = data(24_000_000, 9);
+    std::fs::write(root_a.join("f.bin"), &bytes).unwrap();
+    let start = |ns: &str, ip: &str, root: &Path, name: &str, extra: &[&str]| {
+        let state = dir.path().join(format!("state-{name}"));
+        let listen = format!("{ip}:7000");
+        let http = format!("{ip}:8443");
+        let mut args = vec![
+            "--root",
+            s(root),
+            "--token-file",
+            s(&tok),
+            "--listen",
+            &listen,
+            "--http",
+            &http,
+            "--state-dir",
+            s(&state),
+        ];
+        args.extend_from_slice(extra);
+        Served::start(
+            &["ip", "netns", "exec", ns],
+            &args,
+            &dir.path().join(format!("{name}.log")),
+        )
+    };
+    let a = start(&pair.a, netns::A_IP, &root_a, "a", &[]);
+    let ca = dir.path().join("state-a/identity.pem");
+    let b = start(&pair.b, netns::B_IP, &root_b, "b", &["--http-ca", s(&ca)]);
+    let client_before = pair.client_rx(0) + pair.client_rx(1);
+    let link_before = pair.b_rx_from_a();
+    let src = format!("davs://{}:8443/f.bin", netns::A_IP);
+    let dst = format!("davs://{}:8443/f.bin", netns::B_IP);
+    let env = [("BEARER_TOKEN", TOKEN)];
+    let r = run(
+        "gfal-copy",
+        &[
+            "-D",
+            GFAL_INSECURE,
+            "-D",
+            "HTTP PLUGIN:ENABLE_FALLBACK_TPC_COPY=false",
+            "--copy-mode",
+            "pull",
+            "-K",
+            "ADLER32",
+            &src,
+            &dst,
+        ],
+        &env,
+    );
+    assert_eq!(r.code, Some(0), "{r:?}\nA: {}\nB: {}", a.log(), b.log());
+    assert_eq!(std::fs::read(root_b.join("f.bin")).unwrap(), bytes);
+    let link = pair.b_rx_from_a() - link_before;
+    let client = pair.client_rx(0) + pair.client_rx(1) - client_before;
+    let n = bytes.len() as u64;
+    assert!(
+        link >= n,
+        "the A-B link carried {link} bytes, the file is {n}"
+    );
+    assert!(
+        client < n / 4,
+        "the client's links carried {client} bytes: the data went through the client"
+    );
+}
