@@ -4,6 +4,8 @@
 use bytes::{Bytes, BytesMut};
 use hyper::body::{Body, Frame, SizeHint};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 
@@ -28,6 +30,8 @@ pub struct FileBody {
     file: tokio::fs::File,
     remaining: u64,
     buf: BytesMut,
+    /// Counts the bytes handed to hyper (a push's perf markers read it).
+    sent: Option<Arc<AtomicU64>>,
 }
 
 impl FileBody {
@@ -37,6 +41,15 @@ impl FileBody {
             file,
             remaining: len,
             buf: BytesMut::with_capacity(FILE_CHUNK),
+            sent: None,
+        }
+    }
+
+    /// [`FileBody::new`], adding every chunk's length to `sent`.
+    pub fn counted(file: tokio::fs::File, len: u64, sent: Arc<AtomicU64>) -> FileBody {
+        FileBody {
+            sent: Some(sent),
+            ..FileBody::new(file, len)
         }
     }
 }
@@ -115,6 +128,9 @@ impl FileBody {
         }
         let n = self.buf.len();
         self.remaining -= n as u64;
+        if let Some(c) = &self.sent {
+            c.fetch_add(n as u64, Ordering::Relaxed);
+        }
         Poll::Ready(Some(Ok(Frame::data(self.buf.split_to(n).freeze()))))
     }
 }

@@ -100,7 +100,7 @@ pub fn forwarded(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
 /// A request sender on a connection to a peer, and the peer's address.
 pub struct Connected {
     /// Sends requests.
-    pub sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    pub sender: hyper::client::conn::http1::SendRequest<crate::body::Out>,
     /// Where it connected.
     pub addr: SocketAddr,
 }

@@ -67,7 +67,7 @@ async fn transfer(mut job: Pull, tx: &mpsc::Sender<Bytes>) -> Result<u64, String
         req = req.header(n, v);
     }
     let req = req
-        .body(http_body_util::Full::new(Bytes::new()))
+        .body(crate::body::Out::empty())
         .map_err(|e| e.to_string())?;
     let resp = conn
         .sender
