@@ -259,79 +259,133 @@ fn the_copy_limit_answers_429_and_a_client_that_leaves_cancels_its_copy() {
     assert!(freed, "the cancelled copy's slot was never freed");
 }
 
-#[test]
-fn gfal_copy_pull_between_daemons_in_two_namespaces() {
-    if !have("gfal-copy") {
-        return;
-    }
-    let Some(pair) = netns::Pair::new() else {
-        return;
-    };
+/// The two namespaced daemons of a third-party test, each trusting the other's
+/// certificate, and the file A holds.
+struct Site {
+    pair: netns::Pair,
+    dir: tempfile::TempDir,
+    _a: Served,
+    _b: Served,
+    root_b: PathBuf,
+    bytes: Vec<u8>,
+}
+
+fn start_in(dir: &Path, ns: &str, ip: &str, name: &str, extra: &[&str]) -> Served {
+    let tok = token_file(dir);
+    let root = dir.join(name);
+    std::fs::create_dir_all(&root).unwrap();
+    let state = dir.join(format!("state-{name}"));
+    let listen = format!("{ip}:7000");
+    let http = format!("{ip}:8443");
+    let mut args = vec![
+        "--root",
+        s(&root),
+        "--token-file",
+        s(&tok),
+        "--listen",
+        &listen,
+        "--http",
+        &http,
+        "--state-dir",
+        s(&state),
+    ];
+    args.extend_from_slice(extra);
+    Served::start(
+        &["ip", "netns", "exec", ns],
+        &args,
+        &dir.join(format!("{name}.log")),
+    )
+}
+
+/// A and B in their namespaces; A restarted once B exists so that each trusts the
+/// other's (self-signed, kept) certificate.
+fn site() -> Option<Site> {
+    let pair = netns::Pair::new()?;
     let dir = tempfile::tempdir().unwrap();
-    let tok = token_file(dir.path());
-    let (root_a, root_b) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir(&root_a).unwrap();
-    std::fs::create_dir(&root_b).unwrap();
     let bytes = data(24_000_000, 9);
-    std::fs::write(root_a.join("f.bin"), &bytes).unwrap();
-    let start = |ns: &str, ip: &str, root: &Path, name: &str, extra: &[&str]| {
-        let state = dir.path().join(format!("state-{name}"));
-        let listen = format!("{ip}:7000");
-        let http = format!("{ip}:8443");
-        let mut args = vec![
-            "--root",
-            s(root),
-            "--token-file",
-            s(&tok),
-            "--listen",
-            &listen,
-            "--http",
-            &http,
-            "--state-dir",
-            s(&state),
-        ];
-        args.extend_from_slice(extra);
-        Served::start(
-            &["ip", "netns", "exec", ns],
-            &args,
-            &dir.path().join(format!("{name}.log")),
-        )
-    };
-    let a = start(&pair.a, netns::A_IP, &root_a, "a", &[]);
-    let ca = dir.path().join("state-a/identity.pem");
-    let b = start(&pair.b, netns::B_IP, &root_b, "b", &["--http-ca", s(&ca)]);
-    let client_before = pair.client_rx(0) + pair.client_rx(1);
-    let link_before = pair.b_rx_from_a();
-    let src = format!("davs://{}:8443/f.bin", netns::A_IP);
-    let dst = format!("davs://{}:8443/f.bin", netns::B_IP);
-    let env = [("BEARER_TOKEN", TOKEN)];
-    let r = run(
-        "gfal-copy",
-        &[
+    let a = start_in(dir.path(), &pair.a, netns::A_IP, "a", &[]);
+    std::fs::write(dir.path().join("a/f.bin"), &bytes).unwrap();
+    let ca_a = dir.path().join("state-a/identity.pem");
+    let b = start_in(
+        dir.path(),
+        &pair.b,
+        netns::B_IP,
+        "b",
+        &["--http-ca", s(&ca_a)],
+    );
+    drop(a);
+    let ca_b = dir.path().join("state-b/identity.pem");
+    let a = start_in(
+        dir.path(),
+        &pair.a,
+        netns::A_IP,
+        "a",
+        &["--http-ca", s(&ca_b)],
+    );
+    let root_b = dir.path().join("b");
+    Some(Site {
+        pair,
+        dir,
+        _a: a,
+        _b: b,
+        root_b,
+        bytes,
+    })
+}
+
+impl Site {
+    /// `gfal-copy --copy-mode MODE` of A's file to B's `name`; asserts the bytes
+    /// arrived whole and crossed the A-B link, not the client's links.
+    fn gfal(&self, mode: &str, name: &str) {
+        let client_before = self.pair.client_rx(0) + self.pair.client_rx(1);
+        let link_before = self.pair.b_rx_from_a();
+        let src = format!("davs://{}:8443/f.bin", netns::A_IP);
+        let dst = format!("davs://{}:8443/{name}", netns::B_IP);
+        let env = [("BEARER_TOKEN", TOKEN)];
+        let args = [
             "-D",
             GFAL_INSECURE,
             "-D",
             "HTTP PLUGIN:ENABLE_FALLBACK_TPC_COPY=false",
             "--copy-mode",
-            "pull",
+            mode,
             "-K",
             "ADLER32",
             &src,
             &dst,
-        ],
-        &env,
-    );
-    assert_eq!(r.code, Some(0), "{r:?}\nA: {}\nB: {}", a.log(), b.log());
-    assert_eq!(std::fs::read(root_b.join("f.bin")).unwrap(), bytes);
-    let link = pair.b_rx_from_a() - link_before;
-    let client = pair.client_rx(0) + pair.client_rx(1) - client_before;
-    let n = bytes.len() as u64;
-    assert!(
-        link >= n,
-        "the A-B link carried {link} bytes, the file is {n}"
-    );
-    assert!(
-        client < n / 4,
-        "the client's links carried {client} bytes: the data went through the client"
-    );
+        ];
+        let r = run("gfal-copy", &args, &env);
+        let logs = |n: &str| std::fs::read_to_string(self.dir.path().join(n)).unwrap_or_default();
+        assert_eq!(
+            r.code,
+            Some(0),
+            "{r:?}\nA: {}\nB: {}",
+            logs("a.log"),
+            logs("b.log")
+        );
+        assert_eq!(std::fs::read(self.root_b.join(name)).unwrap(), self.bytes);
+        let link = self.pair.b_rx_from_a() - link_before;
+        let client = self.pair.client_rx(0) + self.pair.client_rx(1) - client_before;
+        let n = self.bytes.len() as u64;
+        assert!(
+            link >= n,
+            "{mode}: the A-B link carried {link} bytes, the file is {n}"
+        );
+        assert!(
+            client < n / 4,
+            "{mode}: the client's links carried {client} bytes: the data went through the client"
+        );
+    }
+}
+
+#[test]
+fn gfal_copy_pull_and_push_between_daemons_in_two_namespaces() {
+    if !have("gfal-copy") {
+        return;
+    }
+    let Some(site) = site() else {
+        return;
+    };
+    site.gfal("pull", "pulled.bin");
+    site.gfal("push", "pushed.bin");
 }
