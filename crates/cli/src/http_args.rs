@@ -6,6 +6,9 @@ use anyhow::Result;
 use clap::Args;
 use sluice_engine::accounts::Accounts;
 use sluice_engine::net::tls::ServerTls;
+use sluice_engine::runtime::Runtime;
+use sluice_engine::SessionOptions;
+use sluice_http::copy::native::Native;
 use sluice_http::HttpServer;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -42,6 +45,7 @@ impl HttpArgs {
         tls: &ServerTls,
         accounts: Accounts,
         max_connections: usize,
+        native: impl FnOnce() -> Result<Native>,
     ) -> Result<Option<HttpServer>> {
         let Some(listen) = self.http else {
             if self.http_insecure || self.http_ca.is_some() {
@@ -57,6 +61,8 @@ impl HttpArgs {
         let client_tls =
             sluice_http::serve::client_tls(self.http_ca.as_deref()).map_err(bad_input)?;
         let admit_clear = listen.ip().is_loopback() || self.http_insecure;
+        let mut native = native()?;
+        native.ca = self.http_ca.clone();
         let cfg = sluice_http::HttpConfig {
             listen,
             tls: tls.config(),
@@ -66,6 +72,7 @@ impl HttpArgs {
             max_copies: self.http_max_copies,
             marker_interval: Duration::from_secs(5),
             client_tls,
+            native: Some(native),
         };
         let server = sluice_http::start(cfg)
             .map_err(|e| anyhow::anyhow!("--http {listen}: cannot listen: {e}"))?;
@@ -80,4 +87,21 @@ impl HttpArgs {
         ));
         Ok(Some(server))
     }
+}
+
+/// The daemon's sluice side as the HTTP face uses it: native bytes between sluice
+/// daemons, through the daemon's `runtime` and its listener's `port`.
+pub fn native(
+    runtime: &Arc<Runtime>,
+    port: u16,
+    tls: &ServerTls,
+    opts: SessionOptions,
+) -> Result<Native> {
+    Ok(Native {
+        runtime: Arc::clone(runtime),
+        port,
+        fingerprint: tls.fingerprint(),
+        opts,
+        ca: None,
+    })
 }

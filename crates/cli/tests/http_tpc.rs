@@ -315,12 +315,13 @@ fn site() -> Option<Site> {
     );
     drop(a);
     let ca_b = dir.path().join("state-b/identity.pem");
+    let audit = dir.path().join("a-audit.log");
     let a = start_in(
         dir.path(),
         &pair.a,
         netns::A_IP,
         "a",
-        &["--http-ca", s(&ca_b)],
+        &["--http-ca", s(&ca_b), "--audit-log", s(&audit)],
     );
     let root_b = dir.path().join("b");
     Some(Site {
@@ -334,6 +335,36 @@ fn site() -> Option<Site> {
 }
 
 impl Site {
+    fn logs(&self) -> String {
+        let read = |n: &str| std::fs::read_to_string(self.dir.path().join(n)).unwrap_or_default();
+        format!(
+            "\nA: {}\nB: {}\naudit: {}",
+            read("a.log"),
+            read("b.log"),
+            read("a-audit.log")
+        )
+    }
+
+    /// Sessions A served over sluice's own protocol so far, once at least `least` are
+    /// (A writes a session's audit record as it closes, which may follow B's success
+    /// by a moment: polled for at most 30 s, no timing assertion).
+    fn native_sessions(&self, least: usize) -> usize {
+        let count = || {
+            std::fs::read_to_string(self.dir.path().join("a-audit.log"))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("\"op\":\"pull\"") && l.contains("\"result\":\"ok\""))
+                .count()
+        };
+        for _ in 0..300 {
+            if count() >= least {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        count()
+    }
+
     /// `gfal-copy --copy-mode MODE` of A's file to B's `name`; asserts the bytes
     /// arrived whole and crossed the A-B link, not the client's links.
     fn gfal(&self, mode: &str, name: &str) {
@@ -386,6 +417,76 @@ fn gfal_copy_pull_and_push_between_daemons_in_two_namespaces() {
     let Some(site) = site() else {
         return;
     };
+    // B pulls: A's HTTPS face says it is sluice, so the bytes move over sluice's
+    // protocol (a session in A's audit log).
     site.gfal("pull", "pulled.bin");
+    assert_eq!(
+        site.native_sessions(1),
+        1,
+        "the pull did not go over sluice's protocol: {}",
+        site.logs()
+    );
+    // A pushes: over HTTP (PUT).
     site.gfal("push", "pushed.bin");
+    assert_eq!(site.native_sessions(1), 1);
+}
+
+#[test]
+fn a_sluice_source_moves_over_sluice() {
+    if !have("curl") {
+        return;
+    }
+    let (dir, root) = setup();
+    let src_root = dir.path().join("src");
+    std::fs::create_dir(&src_root).unwrap();
+    let bytes = data(6_000_000, 11);
+    std::fs::write(src_root.join("f.bin"), &bytes).unwrap();
+    let tok = token_file(dir.path());
+    let source = Daemon::start_with(&src_root, &["--token-file", s(&tok)], &[]);
+    let (_d, base) = daemon(dir.path(), &root, &[]);
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let fwd = format!("TransferHeaderAuthorization: Bearer {TOKEN}");
+    let src = format!("Source: sluice://{}/f.bin", source.addr);
+    let (code, body) = curl(&[
+        "-N",
+        "-i",
+        "-X",
+        "COPY",
+        "-H",
+        &auth,
+        "-H",
+        &fwd,
+        "-H",
+        &src,
+        &format!("{base}/native.bin"),
+    ]);
+    assert_eq!(code, 202, "{body}");
+    assert!(
+        body.to_lowercase().contains("x-sluice-transport: sluice"),
+        "{body}"
+    );
+    assert!(body.ends_with("success: Created\n"), "{body}");
+    assert_eq!(std::fs::read(root.join("native.bin")).unwrap(), bytes);
+    // A wrong forwarded token: the source daemon refuses, the copy fails, nothing kept.
+    let (code, body) = curl(&[
+        "-N",
+        "-X",
+        "COPY",
+        "-H",
+        &auth,
+        "-H",
+        "TransferHeaderAuthorization: Bearer nope-nope-nope-nope",
+        "-H",
+        &src,
+        &format!("{base}/denied.bin"),
+    ]);
+    assert_eq!(code, 202, "{body}");
+    assert!(
+        body.trim_end()
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("failure: ")),
+        "{body}"
+    );
+    settle(&root, &["native.bin"]);
 }

@@ -44,6 +44,8 @@ pub struct HttpConfig {
     pub marker_interval: Duration,
     /// How this daemon checks the servers it copies from (HTTPS sources).
     pub client_tls: Arc<rustls::ClientConfig>,
+    /// The daemon's sluice side, for native bytes between sluice daemons.
+    pub native: Option<crate::copy::native::Native>,
 }
 
 /// What every request handler shares.
@@ -65,9 +67,15 @@ impl std::fmt::Debug for State {
     }
 }
 
-/// Whether a request came over TLS (a request extension).
+/// Whether a request came over TLS, and the address it reached (a request
+/// extension).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OverTls(pub bool);
+pub struct ConnInfo {
+    /// Over TLS.
+    pub tls: bool,
+    /// This server's address on the connection.
+    pub local: SocketAddr,
+}
 
 /// A running HTTP face.
 #[derive(Debug)]
@@ -177,11 +185,14 @@ async fn accept_loop(
 
 async fn connection(state: Arc<State>, stream: tokio::net::TcpStream, peer: SocketAddr) {
     let _ = stream.set_nodelay(true);
+    let Ok(local) = stream.local_addr() else {
+        return;
+    };
     if state.cfg.admit_clear {
         let mut first = [0u8; 1];
         match tokio::time::timeout(HEADER_TIMEOUT, stream.peek(&mut first)).await {
             Ok(Ok(1)) if first[0] != TLS_HANDSHAKE_BYTE => {
-                return http1(state, stream, peer, false).await
+                return http1(state, stream, peer, local, false).await
             }
             Ok(Ok(1)) => {}
             _ => return,
@@ -189,7 +200,7 @@ async fn connection(state: Arc<State>, stream: tokio::net::TcpStream, peer: Sock
     }
     let acceptor = state.tls.clone();
     match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(s)) => http1(state, s, peer, true).await,
+        Ok(Ok(s)) => http1(state, s, peer, local, true).await,
         Ok(Err(e)) => tracing::debug!("http: {peer}: TLS handshake failed: {e}"),
         Err(_) => tracing::debug!("http: {peer}: TLS handshake timed out"),
     }
@@ -198,12 +209,12 @@ async fn connection(state: Arc<State>, stream: tokio::net::TcpStream, peer: Sock
 /// The first byte of a TLS handshake record.
 const TLS_HANDSHAKE_BYTE: u8 = 0x16;
 
-async fn http1<S>(state: Arc<State>, stream: S, peer: SocketAddr, tls: bool)
+async fn http1<S>(state: Arc<State>, stream: S, peer: SocketAddr, local: SocketAddr, tls: bool)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-        req.extensions_mut().insert(OverTls(tls));
+        req.extensions_mut().insert(ConnInfo { tls, local });
         let st = Arc::clone(&state);
         async move { Ok::<_, std::convert::Infallible>(handle(&st, req, peer).await) }
     });
@@ -262,7 +273,17 @@ async fn route(state: &State, req: Request<Incoming>) -> Reply {
         SystemTime::now(),
     )?;
     match req.method().as_str() {
-        "HEAD" => dav::get(&grant, target, &req, true).await,
+        "HEAD" => {
+            let info = req.extensions().get::<ConnInfo>().copied();
+            let mut r = dav::get(&grant, target, &req, true).await?;
+            if let (Some(native), Some(c)) = (&state.cfg.native, info) {
+                if c.tls {
+                    r.headers_mut()
+                        .extend(crate::copy::native::advertise(native, c.local));
+                }
+            }
+            Ok(r)
+        }
         "GET" => dav::get(&grant, target, &req, false).await,
         "PUT" => dav::put(&grant, target, req).await,
         "DELETE" => dav::delete(&grant, target).await,
@@ -319,7 +340,7 @@ async fn post(state: &State, grant: &Grant, target: Target, req: Request<Incomin
             "POST: only Content-Type application/macaroon-request is served",
         ));
     }
-    let https = req.extensions().get::<OverTls>().is_some_and(|t| t.0);
+    let https = req.extensions().get::<ConnInfo>().is_some_and(|c| c.tls);
     let host = header_str(&req, "host").unwrap_or_else(|| state.cfg.listen.to_string());
     let body = small_body(req).await?;
     let scope = crate::macaroon::requested(grant, &target, &body, SystemTime::now())?;

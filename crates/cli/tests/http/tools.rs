@@ -163,7 +163,7 @@ impl Served {
         cmd.arg("serve")
             .args(["--json", "--buffer-mem", "64MiB", "--chunk-size", "1MiB"])
             .args(args)
-            .env_remove("SLUICE_LOG")
+            .env("SLUICE_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(log).expect("a log file"));

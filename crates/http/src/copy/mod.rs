@@ -5,6 +5,7 @@
 //! `text/perf-marker-stream` ([`marker`]); at the concurrency limit, 429.
 
 pub mod marker;
+pub mod native;
 pub mod peer;
 pub mod pull;
 pub mod push;
@@ -17,6 +18,10 @@ use crate::serve::{header_str, State};
 use crate::target::Target;
 use hyper::body::Incoming;
 use hyper::{header, Request, StatusCode};
+
+/// The header of a copy's 202 saying how the bytes move: `sluice` (the native
+/// protocol) or `http`.
+pub const TRANSPORT_HEADER: &str = "x-sluice-transport";
 
 /// `COPY`.
 pub async fn copy(state: &State, grant: &Grant, target: Target, req: Request<Incoming>) -> Reply {
@@ -38,6 +43,13 @@ pub async fn copy(state: &State, grant: &Grant, target: Target, req: Request<Inc
     };
     grant.allow(Activity::Upload, &target)?;
     let rel = target.file("COPY")?.clone();
+    if url
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with("sluice://")
+    {
+        return native_pull(state, grant, &target, &req, &url).await;
+    }
     let peer = peer::parse(&url)?;
     if header_str(&req, "overwrite").is_some_and(|v| v.trim().eq_ignore_ascii_case("f")) {
         let root = std::sync::Arc::clone(&grant.account.root);
@@ -50,11 +62,18 @@ pub async fn copy(state: &State, grant: &Grant, target: Target, req: Request<Inc
         }
     }
     let permit = slot(state)?;
+    let headers = peer::forwarded(req.headers());
+    if let Some(native) = &state.cfg.native {
+        if let Some(source) = native::probe(&peer, &headers, &state.cfg.client_tls).await {
+            let job = native_job(grant, &rel, source, &headers, native, state).await?;
+            return Ok(spawn_native(job, permit));
+        }
+    }
     let upload =
         crate::upload::Upload::begin(std::sync::Arc::clone(&grant.account.root), rel).await?;
     let job = pull::Pull {
         peer,
-        headers: peer::forwarded(req.headers()),
+        headers,
         upload,
         tls: std::sync::Arc::clone(&state.cfg.client_tls),
         interval: state.cfg.marker_interval,
@@ -65,7 +84,62 @@ pub async fn copy(state: &State, grant: &Grant, target: Target, req: Request<Inc
         pull::run(job, tx).await;
         drop(permit);
     });
-    accepted(rx)
+    accepted(rx, "http")
+}
+
+/// `COPY` with a `sluice://` source: native bytes, or 501 where this daemon has no
+/// native side.
+async fn native_pull(
+    state: &State,
+    grant: &Grant,
+    target: &Target,
+    req: &Request<Incoming>,
+    url: &str,
+) -> Reply {
+    let Some(native) = &state.cfg.native else {
+        return Err(Fail::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "sluice:// sources need the daemon's sluice side",
+        ));
+    };
+    let rel = target.file("COPY")?.clone();
+    let source = native::named(url, native)?;
+    let permit = slot(state)?;
+    let headers = peer::forwarded(req.headers());
+    let job = native_job(grant, &rel, source, &headers, native, state).await?;
+    Ok(spawn_native(job, permit))
+}
+
+async fn native_job(
+    grant: &Grant,
+    rel: &sluice_wire::RelPath,
+    source: native::Source,
+    headers: &[(hyper::header::HeaderName, hyper::header::HeaderValue)],
+    native: &native::Native,
+    state: &State,
+) -> Result<native::Pull, Fail> {
+    let root = std::sync::Arc::clone(&grant.account.root);
+    let r = rel.clone();
+    let dest = crate::dav::blocking(move || native::local_destination(&root, &r)).await?;
+    Ok(native::Pull {
+        source,
+        token: native::bearer(headers),
+        dest,
+        native: native.clone(),
+        interval: state.cfg.marker_interval,
+    })
+}
+
+fn spawn_native(
+    job: native::Pull,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> hyper::Response<Out> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        native::run(job, tx).await;
+        drop(permit);
+    });
+    accepted(rx, "sluice").unwrap_or_else(|f| crate::serve::fail_response(&f))
 }
 
 /// A copy's slot, or 429 at the limit.
@@ -119,13 +193,14 @@ async fn push_copy(
         push::run(job, tx).await;
         drop(permit);
     });
-    accepted(rx)
+    accepted(rx, "http")
 }
 
 /// The 202 whose body is the copy's marker stream.
-fn accepted(rx: tokio::sync::mpsc::Receiver<bytes::Bytes>) -> Reply {
+fn accepted(rx: tokio::sync::mpsc::Receiver<bytes::Bytes>, transport: &'static str) -> Reply {
     response(StatusCode::ACCEPTED)
         .header(header::CONTENT_TYPE, marker::CONTENT_TYPE)
+        .header(TRANSPORT_HEADER, transport)
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Out::Channel(rx))
         .map_err(internal)
