@@ -349,3 +349,107 @@ fn clear_text_only_on_loopback_or_when_insecure() {
     ]);
     assert_eq!(code, 207);
 }
+
+/// A scoped token asked for with `POST` `application/macaroon-request`.
+fn macaroon(base: &str, path: &str, auth: &str, body: &str) -> (u16, String) {
+    let (code, text) = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        auth,
+        "-H",
+        "Content-Type: application/macaroon-request",
+        "--data-binary",
+        body,
+        &format!("{base}{path}"),
+    ]);
+    if code != 200 {
+        return (code, text);
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (code, v["macaroon"].as_str().unwrap_or_default().to_string())
+}
+
+#[test]
+fn macaroons_are_scoped_to_path_activity_and_time() {
+    if !have("curl") {
+        return;
+    }
+    let (dir, root) = setup();
+    std::fs::create_dir(root.join("d")).unwrap();
+    std::fs::write(root.join("d/f"), b"inside").unwrap();
+    std::fs::write(root.join("g"), b"outside").unwrap();
+    let (_d, addr) = daemon(dir.path(), &root, &[]);
+    let base = format!("https://{addr}");
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let req = r#"{"caveats": ["activity:DOWNLOAD,LIST"], "validity": "PT10M"}"#;
+    let (code, m) = macaroon(&base, "/d/", &auth, req);
+    assert_eq!(code, 200, "{m}");
+    let with = format!("Authorization: Bearer {m}");
+    assert_eq!(
+        curl(&["-H", &with, &format!("{base}/d/f")]),
+        (200, "inside".into())
+    );
+    assert_eq!(
+        curl(&[&format!("{base}/d/f?authz={m}")]),
+        (200, "inside".into())
+    );
+    assert_eq!(curl(&["-H", &with, &format!("{base}/g")]).0, 403);
+    let src = dir.path().join("up");
+    std::fs::write(&src, b"x").unwrap();
+    assert_eq!(
+        curl(&["-H", &with, "-T", s(&src), &format!("{base}/d/new")]).0,
+        403
+    );
+    assert_eq!(
+        curl(&["-H", &with, "-X", "DELETE", &format!("{base}/d/f")]).0,
+        403
+    );
+    // A token cannot grant more than it has.
+    let wider = r#"{"caveats": ["activity:DOWNLOAD,UPLOAD"]}"#;
+    assert_eq!(macaroon(&base, "/d/", &with, wider).0, 403);
+    assert_eq!(macaroon(&base, "/", &with, r#"{"caveats": []}"#).0, 403);
+    // Forged, expired, malformed.
+    let mut forged = m.clone().into_bytes();
+    let i = forged.len() - 3;
+    forged[i] = if forged[i] == b'A' { b'B' } else { b'A' };
+    let forged = format!(
+        "Authorization: Bearer {}",
+        String::from_utf8(forged).unwrap()
+    );
+    assert_eq!(curl(&["-H", &forged, &format!("{base}/d/f")]).0, 401);
+    let (code, gone) = macaroon(&base, "/d/", &auth, r#"{"validity": "PT0S"}"#);
+    assert_eq!(code, 200);
+    let gone = format!("Authorization: Bearer {gone}");
+    assert_eq!(curl(&["-H", &gone, &format!("{base}/d/f")]).0, 401);
+    assert_eq!(macaroon(&base, "/d/", &auth, "not json").0, 400);
+    assert_eq!(
+        macaroon(&base, "/d/", &auth, r#"{"caveats": ["color:red"]}"#).0,
+        400
+    );
+    assert_eq!(macaroon(&base, "/d/", "X-None: 1", req).0, 401);
+    let (code, _) = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        &auth,
+        "--data-binary",
+        "{}",
+        &format!("{base}/d/"),
+    ]);
+    assert_eq!(code, 415);
+    // An upload token writes where it is scoped, and only there.
+    let (code, up) = macaroon(&base, "/d/", &auth, r#"{"caveats": ["activity:UPLOAD"]}"#);
+    assert_eq!(code, 200);
+    let up = format!("Authorization: Bearer {up}");
+    assert_eq!(
+        curl(&["-H", &up, "-T", s(&src), &format!("{base}/d/new")]).0,
+        201
+    );
+    assert_eq!(
+        curl(&["-H", &up, "-T", s(&src), &format!("{base}/new")]).0,
+        403
+    );
+    assert_eq!(names(&root), vec!["d".to_string(), "g".to_string()]);
+}

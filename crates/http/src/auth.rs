@@ -87,11 +87,14 @@ pub fn authenticate(
     accounts: &Accounts,
     key: &Key,
     headers: &HeaderMap,
+    query: Option<&str>,
     now: SystemTime,
 ) -> Result<Grant, Fail> {
-    let presented = match headers.get(AUTHORIZATION) {
-        None => None,
-        Some(v) => Some(bearer(v.as_bytes())?),
+    let from_query = query.and_then(authz_param);
+    let presented = match (headers.get(AUTHORIZATION), &from_query) {
+        (Some(v), _) => Some(bearer(v.as_bytes())?),
+        (None, Some(t)) => Some(t.as_bytes()),
+        (None, None) => None,
     };
     let Some(token) = presented else {
         return match accounts.open_account() {
@@ -117,6 +120,16 @@ pub fn authenticate(
         )),
         None => Err(unauthorized("the bearer token matches no account")),
     }
+}
+
+/// The `authz=TOKEN` parameter of a query (how a URL carries a scoped token, as
+/// `targetWithMacaroon` gives it), percent-decoded.
+fn authz_param(query: &str) -> Option<String> {
+    let raw = query.split('&').find_map(|kv| kv.strip_prefix("authz="))?;
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .ok()
+        .map(|s| s.into_owned())
 }
 
 fn live(account: Arc<Account>, scope: Option<Scope>, now: SystemTime) -> Result<Grant, Fail> {
@@ -178,6 +191,15 @@ mod tests {
         assert_eq!(bearer(b"bearer x").ok(), Some(&b"x"[..]));
         assert!(bearer(b"Basic abc").is_err());
         assert!(bearer(b"Bearer ").is_err());
+    }
+
+    #[test]
+    fn authz_in_the_query() {
+        assert_eq!(
+            authz_param("a=1&authz=sluice1.x%2Ey").as_deref(),
+            Some("sluice1.x.y")
+        );
+        assert_eq!(authz_param("a=1"), None);
     }
 
     #[test]

@@ -270,6 +270,7 @@ async fn route(state: &State, req: Request<Incoming>) -> Reply {
         &state.cfg.accounts,
         &state.key,
         req.headers(),
+        req.uri().query(),
         SystemTime::now(),
     )?;
     match req.method().as_str() {
