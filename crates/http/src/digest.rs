@@ -115,16 +115,34 @@ pub fn wanted(value: &str) -> Vec<Algo> {
         };
         let q = parts
             .filter_map(|p| p.trim().strip_prefix("q="))
-            .find_map(|q| q.trim().parse::<f32>().ok())
-            .unwrap_or(1.0);
-        if q > 0.0 && !found.iter().any(|(_, a)| *a == algo) {
-            // q has at most 3 decimals (RFC 7231); scaled, it is a small integer.
-            let scaled = (q.clamp(0.0, 1.0) * 1000.0).round() as u16;
-            found.push((scaled, algo));
+            .find_map(qvalue)
+            .unwrap_or(1000);
+        if q > 0 && !found.iter().any(|(_, a)| *a == algo) {
+            found.push((q, algo));
         }
     }
     found.sort_by_key(|(q, a)| (std::cmp::Reverse(*q), *a == Algo::Md5));
     found.into_iter().map(|(_, a)| a).collect()
+}
+
+/// A `q` value (RFC 9110: `0`, `1`, `0.5`, `0.125`, at most 3 decimals) in
+/// thousandths.
+fn qvalue(s: &str) -> Option<u16> {
+    let (whole, frac) = s.trim().split_once('.').unwrap_or((s.trim(), ""));
+    let whole: u16 = match whole {
+        "0" => 0,
+        "1" => 1,
+        _ => return None,
+    };
+    if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut thousandths = 0u16;
+    for (i, b) in frac.bytes().enumerate() {
+        thousandths += u16::from(b - b'0') * [100, 10, 1][i];
+    }
+    let q = whole * 1000 + thousandths;
+    (q <= 1000).then_some(q)
 }
 
 /// What the attribute records: the digests and the size and mtime they belong to.
@@ -239,6 +257,10 @@ mod tests {
         );
         assert_eq!(wanted("sha-256, md5;q=0"), vec![]);
         assert_eq!(wanted("md5, adler32"), vec![Algo::Adler32, Algo::Md5]);
+        assert_eq!(qvalue("0.125"), Some(125));
+        assert_eq!(qvalue("1"), Some(1000));
+        assert_eq!(qvalue("1.5"), None);
+        assert_eq!(qvalue("x"), None);
     }
 
     #[test]

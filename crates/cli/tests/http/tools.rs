@@ -135,7 +135,7 @@ pub fn data(n: usize, seed: u64) -> Vec<u8> {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            (x >> 24) as u8
+            x.to_le_bytes()[3]
         })
         .collect()
 }
