@@ -4,7 +4,7 @@
 use crate::exit::bad_input;
 use anyhow::Result;
 use clap::Args;
-use sluice_engine::accounts::Accounts;
+use sluice_engine::accounts::{Accounts, Live};
 use sluice_engine::net::tls::ServerTls;
 use sluice_engine::runtime::Runtime;
 use sluice_engine::SessionOptions;
@@ -67,7 +67,8 @@ impl HttpArgs {
             listen,
             tls: tls.config(),
             admit_clear,
-            accounts: Arc::new(accounts),
+            reload_on_hup: accounts.source().is_some(),
+            accounts: Arc::new(Live::new(accounts)),
             max_connections: max_connections.max(1),
             max_copies: self.http_max_copies,
             marker_interval: Duration::from_secs(5),

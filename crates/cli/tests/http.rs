@@ -453,3 +453,49 @@ fn macaroons_are_scoped_to_path_activity_and_time() {
     );
     assert_eq!(names(&root), vec!["d".to_string(), "g".to_string()]);
 }
+
+#[test]
+fn sighup_rotates_http_tokens_too() {
+    if !have("curl") {
+        return;
+    }
+    let (dir, root) = setup();
+    std::fs::write(root.join("f"), b"data").unwrap();
+    let accounts = dir.path().join("accounts.toml");
+    let write = |name: &str, token: &str| {
+        let text = format!(
+            "[[account]]\nname = \"{name}\"\ntoken = \"{token}\"\nroot = \"{}\"\nrights = [\"read\"]\n",
+            s(&root)
+        );
+        std::fs::write(&accounts, text).unwrap();
+        std::fs::set_permissions(&accounts, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    write("old", "old-token-0123456789");
+    let d = Daemon::start_with(
+        &root,
+        &["--accounts", s(&accounts), "--http", "127.0.0.1:0"],
+        &[],
+    );
+    let url = format!("https://{}/f", http_addr(&d));
+    assert_eq!(
+        curl(&["-H", "Authorization: Bearer old-token-0123456789", &url]).0,
+        200
+    );
+    write("new", "new-token-0123456789");
+    let pid = i32::try_from(d.child.0.id()).unwrap();
+    // SAFETY: kill(2) on our own child's pid with a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    let mut rotated = false;
+    for _ in 0..300 {
+        if curl(&["-H", "Authorization: Bearer new-token-0123456789", &url]).0 == 200 {
+            rotated = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(rotated, "the new token never worked over HTTP: {}", d.log());
+    assert_eq!(
+        curl(&["-H", "Authorization: Bearer old-token-0123456789", &url]).0,
+        401
+    );
+}

@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use hyper::header;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use sluice_engine::accounts::Accounts;
+use sluice_engine::accounts::Live;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -34,8 +34,10 @@ pub struct HttpConfig {
     /// Whether clear-text HTTP is admitted too (loopback, or `--http-insecure`): the
     /// first byte tells a TLS handshake from a request.
     pub admit_clear: bool,
-    /// The accounts served.
-    pub accounts: Arc<Accounts>,
+    /// The accounts served (a request uses those in force when it arrives).
+    pub accounts: Arc<Live>,
+    /// Whether SIGHUP re-reads the accounts file (`--accounts`), as the daemon does.
+    pub reload_on_hup: bool,
     /// Connections served at once; more wait in the kernel's backlog.
     pub max_connections: usize,
     /// Third-party copies at once; more are answered 429.
@@ -135,6 +137,9 @@ pub fn start(cfg: HttpConfig) -> std::io::Result<HttpServer> {
         tls: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
         cfg,
     });
+    if state.cfg.reload_on_hup {
+        reload_on_hup(Arc::clone(&state.cfg.accounts))?;
+    }
     let (tx, rx) = oneshot::channel();
     let thread = std::thread::Builder::new()
         .name("http-accept".into())
@@ -144,6 +149,25 @@ pub fn start(cfg: HttpConfig) -> std::io::Result<HttpServer> {
         stop: Some(tx),
         thread: Some(thread),
     })
+}
+
+/// Re-reads the accounts file on every SIGHUP (beside the daemon's own handler, which
+/// reloads the sluice side's accounts): a token removed from the file stops working on
+/// both faces.
+fn reload_on_hup(live: Arc<Live>) -> std::io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP])?;
+    std::thread::Builder::new()
+        .name("http-sighup".into())
+        .stack_size(256 << 10)
+        .spawn(move || {
+            for _ in signals.forever() {
+                match live.reload() {
+                    Ok(n) => tracing::warn!("http: SIGHUP: {n} accounts reloaded"),
+                    Err(e) => tracing::error!("http: SIGHUP: {e}; keeping the accounts in force"),
+                }
+            }
+        })?;
+    Ok(())
 }
 
 async fn accept_loop(
@@ -267,7 +291,7 @@ async fn route(state: &State, req: Request<Incoming>) -> Reply {
     }
     let target = target::parse(req.uri().path())?;
     let grant = auth::authenticate(
-        &state.cfg.accounts,
+        &state.cfg.accounts.current(),
         &state.key,
         req.headers(),
         req.uri().query(),
