@@ -29,6 +29,11 @@ pub struct HttpArgs {
     /// Third-party copies (HTTP COPY) run at once; more are answered 429.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub http_max_copies: usize,
+    /// Another daemon of this site (its HTTP base URL, e.g. https://dtn2:8443), sharing
+    /// this one's storage and accounts: while copies run here, a new COPY is redirected
+    /// (307) to the least-loaded such daemon with fewer. Repeatable.
+    #[arg(long, value_name = "URL")]
+    pub http_peer: Vec<String>,
     /// PEM certificates trusted, besides the system's CAs, for HTTPS peers of copies
     /// (a site CA, or another daemon's certificate).
     #[arg(long, value_name = "FILE")]
@@ -48,9 +53,9 @@ impl HttpArgs {
         native: impl FnOnce() -> Result<Native>,
     ) -> Result<Option<HttpServer>> {
         let Some(listen) = self.http else {
-            if self.http_insecure || self.http_ca.is_some() {
+            if self.http_insecure || self.http_ca.is_some() || !self.http_peer.is_empty() {
                 return Err(bad_input(
-                    "--http-insecure and --http-ca need --http ADDR:PORT",
+                    "--http-insecure, --http-ca and --http-peer need --http ADDR:PORT",
                 ));
             }
             return Ok(None);
@@ -74,6 +79,7 @@ impl HttpArgs {
             marker_interval: Duration::from_secs(5),
             client_tls,
             native: Some(native),
+            site: sluice_http::site::Site::new(&self.http_peer).map_err(bad_input)?,
         };
         let server = sluice_http::start(cfg)
             .map_err(|e| anyhow::anyhow!("--http {listen}: cannot listen: {e}"))?;

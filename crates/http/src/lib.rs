@@ -16,7 +16,9 @@
 //!   moves and kept with the file in an extended attribute.
 //! * [`upload`]: a file arriving (PUT or a pulled copy): a temporary file renamed into
 //!   place only when complete.
-//! * [`copy`]: `COPY` with `Source:` (pull), the perf-marker stream.
+//! * [`copy`]: `COPY` with `Source:` (pull) or `Destination:` (push), the
+//!   perf-marker stream, sluice-native bytes between sluice daemons.
+//! * [`site`]: a busy daemon's `307` to a less-loaded daemon of its site.
 
 pub mod auth;
 pub mod body;
@@ -26,6 +28,7 @@ pub mod digest;
 pub mod error;
 pub mod macaroon;
 pub mod serve;
+pub mod site;
 pub mod target;
 pub mod upload;
 

@@ -46,6 +46,8 @@ pub struct HttpConfig {
     pub marker_interval: Duration,
     /// How this daemon checks the servers it copies from (HTTPS sources).
     pub client_tls: Arc<rustls::ClientConfig>,
+    /// The other daemons of the site (a busy daemon redirects copies to them).
+    pub site: crate::site::Site,
     /// The daemon's sluice side, for native bytes between sluice daemons.
     pub native: Option<crate::copy::native::Native>,
 }
@@ -59,6 +61,13 @@ pub struct State {
     /// A permit per running copy.
     pub copies: Arc<Semaphore>,
     tls: tokio_rustls::TlsAcceptor,
+}
+
+impl State {
+    /// Copies running now.
+    pub fn running_copies(&self) -> usize {
+        self.cfg.max_copies - self.copies.available_permits()
+    }
 }
 
 impl std::fmt::Debug for State {
@@ -288,6 +297,12 @@ pub fn fail_response(f: &Fail) -> Response<Out> {
 async fn route(state: &State, req: Request<Incoming>) -> Reply {
     if req.method() == hyper::Method::OPTIONS {
         return dav::options();
+    }
+    if req.method() == hyper::Method::GET && req.uri().path() == crate::site::LOAD_PATH {
+        return dav::response(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Out::text(crate::site::load_body(state.running_copies())))
+            .map_err(dav::internal);
     }
     let target = target::parse(req.uri().path())?;
     let grant = auth::authenticate(

@@ -27,6 +27,9 @@ pub const TRANSPORT_HEADER: &str = "x-sluice-transport";
 pub async fn copy(state: &State, grant: &Grant, target: Target, req: Request<Incoming>) -> Reply {
     let source = header_str(&req, "source");
     let destination = header_str(&req, "destination");
+    if let Some(r) = elsewhere(state, &req).await {
+        return r;
+    }
     let url = match (source, destination) {
         (Some(_), Some(_)) => {
             return Err(Fail::bad(
@@ -140,6 +143,22 @@ fn spawn_native(
         drop(permit);
     });
     accepted(rx, "sluice").unwrap_or_else(|f| crate::serve::fail_response(&f))
+}
+
+/// A 307 to a less-loaded daemon of the site, when this one is busy and one is.
+async fn elsewhere(state: &State, req: &Request<Incoming>) -> Option<Reply> {
+    let mine = state.running_copies();
+    if mine == 0 || state.cfg.site.is_empty() {
+        return None;
+    }
+    let base = state
+        .cfg
+        .site
+        .less_loaded(mine, &state.cfg.client_tls)
+        .await?;
+    let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    tracing::info!("http: COPY {pq}: {mine} copies here, handed to {base}");
+    Some(crate::site::redirect(&base, pq))
 }
 
 /// A copy's slot, or 429 at the limit.
