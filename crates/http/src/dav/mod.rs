@@ -2,12 +2,13 @@
 //! `PROPFIND` (depth 0 and 1, in [`propfind`]) and `OPTIONS`, each on the account's
 //! root, each checked against the account's rights and the token's scope first.
 
+pub mod get;
 pub mod propfind;
 pub mod range;
 
 use crate::auth::{Activity, Grant};
-use crate::body::{FileBody, Out};
-use crate::digest::{self, Algo};
+use crate::body::Out;
+use crate::digest::Algo;
 use crate::error::Fail;
 use crate::target::Target;
 use crate::upload::Upload;
@@ -15,8 +16,9 @@ use http_body_util::BodyExt;
 use hyper::header;
 use hyper::{Request, Response, StatusCode};
 use sluice_engine::fs::Root;
+
+pub use get::get;
 use std::sync::Arc;
-use tokio::io::AsyncSeekExt;
 
 /// A response being built.
 pub type Reply = Result<Response<Out>, Fail>;
@@ -51,141 +53,6 @@ pub(crate) fn internal(e: impl std::fmt::Display) -> Fail {
 
 pub(crate) fn response(status: StatusCode) -> hyper::http::response::Builder {
     Response::builder().status(status)
-}
-
-/// What `GET`/`HEAD` found at a path.
-struct Found {
-    file: Option<std::fs::File>,
-    len: u64,
-    modified: Option<std::time::SystemTime>,
-    digest: Option<String>,
-}
-
-fn open_for_get(root: &Root, target: &Target, want: &[Algo]) -> Result<Found, Fail> {
-    let Some(rel) = &target.rel else {
-        return Ok(Found {
-            file: None,
-            len: 0,
-            modified: None,
-            digest: None,
-        });
-    };
-    let meta = root.entry_metadata(rel)?;
-    if meta.kind == sluice_engine::fs::EntryKind::Dir {
-        return Ok(Found {
-            file: None,
-            len: 0,
-            modified: None,
-            digest: None,
-        });
-    }
-    let file = root.open_read(rel)?;
-    let m = file
-        .metadata()
-        .map_err(|e| Fail::io("stat", rel.as_str(), &e))?;
-    let digest = if want.is_empty() {
-        None
-    } else {
-        let second = root.open_read(rel)?;
-        let d = digest::of_file(&second).map_err(|e| Fail::io("reading", rel.as_str(), &e))?;
-        Some(d.header(want))
-    };
-    Ok(Found {
-        file: Some(file),
-        len: m.len(),
-        modified: m.modified().ok(),
-        digest,
-    })
-}
-
-/// `GET` (`head`: `HEAD`): a file's bytes, all or one range, with `Digest` when asked
-/// for and the whole file is sent; a directory answers 200 with no body to `HEAD`.
-pub async fn get(
-    grant: &Grant,
-    target: Target,
-    req: &Request<hyper::body::Incoming>,
-    head: bool,
-) -> Reply {
-    grant.allow(
-        if head {
-            Activity::List
-        } else {
-            Activity::Download
-        },
-        &target,
-    )?;
-    let want = req
-        .headers()
-        .get("want-digest")
-        .and_then(|v| v.to_str().ok())
-        .map(digest::wanted)
-        .unwrap_or_default();
-    let range_hdr = req
-        .headers()
-        .get(header::RANGE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let root = Arc::clone(&grant.account.root);
-    let t = target.clone();
-    let want_now = if range_hdr.is_some() && !head {
-        Vec::new()
-    } else {
-        want
-    };
-    let found = blocking(move || open_for_get(&root, &t, &want_now)).await?;
-    let Some(file) = found.file else {
-        if head {
-            return response(StatusCode::OK)
-                .header(header::CONTENT_TYPE, "httpd/unix-directory")
-                .body(Out::empty())
-                .map_err(internal);
-        }
-        return Err(Fail::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            format!("{} is a directory: PROPFIND lists it", target.display()),
-        ));
-    };
-    let range = match &range_hdr {
-        Some(r) if !head => range::parse(r, found.len),
-        _ => range::Wanted::Whole,
-    };
-    let mut b = response(StatusCode::OK)
-        .header(header::ACCEPT_RANGES, "bytes")
-        .header(header::CONTENT_TYPE, "application/octet-stream");
-    if let Some(t) = found.modified {
-        b = b.header(header::LAST_MODIFIED, httpdate::fmt_http_date(t));
-    }
-    if let Some(d) = &found.digest {
-        b = b.header("Digest", d);
-    }
-    let (start, len) = match range {
-        range::Wanted::Whole => (0, found.len),
-        range::Wanted::Part { start, len } => {
-            let end = start + len - 1;
-            b = b.status(StatusCode::PARTIAL_CONTENT).header(
-                header::CONTENT_RANGE,
-                format!("bytes {start}-{end}/{}", found.len),
-            );
-            (start, len)
-        }
-        range::Wanted::Unsatisfiable => {
-            return response(StatusCode::RANGE_NOT_SATISFIABLE)
-                .header(header::CONTENT_RANGE, format!("bytes */{}", found.len))
-                .body(Out::empty())
-                .map_err(internal);
-        }
-    };
-    b = b.header(header::CONTENT_LENGTH, len);
-    if head {
-        return b.body(Out::empty()).map_err(internal);
-    }
-    let mut f = tokio::fs::File::from_std(file);
-    if start > 0 {
-        f.seek(std::io::SeekFrom::Start(start))
-            .await
-            .map_err(|e| Fail::io("seeking", &target.display()[1..], &e))?;
-    }
-    b.body(Out::File(FileBody::new(f, len))).map_err(internal)
 }
 
 /// `PUT`: the body streamed into a temporary file, renamed into place when complete
