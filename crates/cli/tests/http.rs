@@ -499,3 +499,28 @@ fn sighup_rotates_http_tokens_too() {
         401
     );
 }
+
+#[test]
+fn sigterm_leaves_no_partial_upload() {
+    use std::io::Write;
+    let (dir, root) = setup();
+    let (mut d, addr) = daemon(dir.path(), &root, &[]);
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    write!(s, "PUT /held.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 1000000\r\n\r\n").unwrap();
+    s.write_all(&[7u8; 4096]).unwrap();
+    // Wait until the upload's temporary file exists (at most 30 s).
+    for _ in 0..300 {
+        if !names(&root).is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(names(&root).len(), 1, "no temporary file appeared");
+    let pid = i32::try_from(d.child.0.id()).unwrap();
+    // SAFETY: kill(2) on our own child's pid with a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = d.child.0.wait().unwrap();
+    assert!(status.success(), "{status:?}: {}", d.log());
+    assert_eq!(names(&root), Vec::<String>::new());
+    drop(s);
+}

@@ -21,6 +21,8 @@ use tokio::sync::{oneshot, Semaphore};
 
 /// How long a client has to finish its TLS handshake, or to send a request's headers.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long stopping waits for work on the blocking pool.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Largest request body read whole (`PROPFIND`, macaroon requests).
 pub const MAX_SMALL_BODY: usize = 64 << 10;
 
@@ -152,7 +154,12 @@ pub fn start(cfg: HttpConfig) -> std::io::Result<HttpServer> {
     let (tx, rx) = oneshot::channel();
     let thread = std::thread::Builder::new()
         .name("http-accept".into())
-        .spawn(move || rt.block_on(accept_loop(listener, state, rx)))?;
+        .spawn(move || {
+            rt.block_on(accept_loop(listener, state, rx));
+            // Running requests are dropped (an upload's temporary file is removed);
+            // a native copy on the blocking pool gets a moment to end.
+            rt.shutdown_timeout(SHUTDOWN_GRACE);
+        })?;
     Ok(HttpServer {
         addr,
         stop: Some(tx),
