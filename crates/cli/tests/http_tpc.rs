@@ -311,7 +311,12 @@ fn site() -> Option<Site> {
         &pair.b,
         netns::B_IP,
         "b",
-        &["--http-ca", s(&ca_a)],
+        &[
+            "--http-ca",
+            s(&ca_a),
+            "--audit-log",
+            s(&dir.path().join("b-audit.log")),
+        ],
     );
     drop(a);
     let ca_b = dir.path().join("state-b/identity.pem");
@@ -348,12 +353,13 @@ impl Site {
     /// Sessions A served over sluice's own protocol so far, once at least `least` are
     /// (A writes a session's audit record as it closes, which may follow B's success
     /// by a moment: polled for at most 30 s, no timing assertion).
-    fn native_sessions(&self, least: usize) -> usize {
+    fn native_sessions(&self, log: &str, op: &str, least: usize) -> usize {
+        let op = format!("\"op\":\"{op}\"");
         let count = || {
-            std::fs::read_to_string(self.dir.path().join("a-audit.log"))
+            std::fs::read_to_string(self.dir.path().join(log))
                 .unwrap_or_default()
                 .lines()
-                .filter(|l| l.contains("\"op\":\"pull\"") && l.contains("\"result\":\"ok\""))
+                .filter(|l| l.contains(&op) && l.contains("\"result\":\"ok\""))
                 .count()
         };
         for _ in 0..300 {
@@ -421,14 +427,20 @@ fn gfal_copy_pull_and_push_between_daemons_in_two_namespaces() {
     // protocol (a session in A's audit log).
     site.gfal("pull", "pulled.bin");
     assert_eq!(
-        site.native_sessions(1),
+        site.native_sessions("a-audit.log", "pull", 1),
         1,
         "the pull did not go over sluice's protocol: {}",
         site.logs()
     );
-    // A pushes: over HTTP (PUT).
+    // A pushes: B's HTTPS face says it is sluice, so A pushes over sluice's protocol
+    // (a session in B's audit log).
     site.gfal("push", "pushed.bin");
-    assert_eq!(site.native_sessions(1), 1);
+    assert_eq!(
+        site.native_sessions("b-audit.log", "push", 1),
+        1,
+        "the push did not go over sluice's protocol: {}",
+        site.logs()
+    );
 }
 
 #[test]
@@ -489,4 +501,109 @@ fn a_sluice_source_moves_over_sluice() {
         "{body}"
     );
     settle(&root, &["native.bin"]);
+}
+
+/// A destination that takes one PUT and answers `status`; it sends the bytes it
+/// received (and the Authorization it saw) on the channel.
+fn fake_destination(status: &'static str) -> (String, mpsc::Receiver<(Vec<u8>, String)>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((c, _)) = l.accept() else { return };
+        let mut r = std::io::BufReader::new(c);
+        let (mut len, mut auth) = (0usize, String::new());
+        loop {
+            let mut line = String::new();
+            if std::io::BufRead::read_line(&mut r, &mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+            let lower = line.to_ascii_lowercase();
+            if let Some(v) = lower.strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap_or(0);
+            }
+            if lower.starts_with("authorization:") {
+                auth = line.trim_end().to_string();
+            }
+        }
+        let mut body = vec![0u8; len];
+        let _ = r.read_exact(&mut body);
+        let mut c = r.into_inner();
+        let _ = write!(c, "HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+        let _ = tx.send((body, auth));
+    });
+    (format!("http://{addr}/put-here"), rx)
+}
+
+#[test]
+fn push_to_a_foreign_http_destination() {
+    if !have("curl") {
+        return;
+    }
+    let (dir, root) = setup();
+    let bytes = data(2_000_000, 13);
+    std::fs::write(root.join("f.bin"), &bytes).unwrap();
+    let (_d, base) = daemon(dir.path(), &root, &[]);
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let (url, got) = fake_destination("201 Created");
+    let dst = format!("Destination: {url}");
+    let fwd = "TransferHeaderAuthorization: Bearer far-token";
+    let (code, body) = curl(&[
+        "-N",
+        "-i",
+        "-X",
+        "COPY",
+        "-H",
+        &auth,
+        "-H",
+        fwd,
+        "-H",
+        &dst,
+        &format!("{base}/f.bin"),
+    ]);
+    assert_eq!(code, 202, "{body}");
+    assert!(
+        body.to_lowercase().contains("x-sluice-transport: http"),
+        "{body}"
+    );
+    assert!(body.ends_with("success: Created\n"), "{body}");
+    let (received, seen_auth) = got.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert_eq!(received, bytes);
+    assert_eq!(
+        seen_auth.to_ascii_lowercase(),
+        "authorization: bearer far-token"
+    );
+    // A destination that refuses: a failure line.
+    let (url, _got) = fake_destination("403 Forbidden");
+    let dst = format!("Destination: {url}");
+    let (code, body) = curl(&[
+        "-N",
+        "-X",
+        "COPY",
+        "-H",
+        &auth,
+        "-H",
+        &dst,
+        &format!("{base}/f.bin"),
+    ]);
+    assert_eq!(code, 202, "{body}");
+    assert!(
+        body.trim_end()
+            .ends_with("failure: the destination answered 403 Forbidden"),
+        "{body}"
+    );
+    // A missing source file: 404 before anything starts.
+    assert_eq!(
+        curl(&[
+            "-X",
+            "COPY",
+            "-H",
+            &auth,
+            "-H",
+            &dst,
+            &format!("{base}/nope")
+        ])
+        .0,
+        404
+    );
 }

@@ -303,7 +303,9 @@ pub fn fail_response(f: &Fail) -> Response<Out> {
 
 async fn route(state: &State, req: Request<Incoming>) -> Reply {
     if req.method() == hyper::Method::OPTIONS {
-        return dav::options();
+        let mut r = dav::options()?;
+        advertise(state, &req, &mut r);
+        return Ok(r);
     }
     if req.method() == hyper::Method::GET && req.uri().path() == crate::site::LOAD_PATH {
         return dav::response(StatusCode::OK)
@@ -321,14 +323,8 @@ async fn route(state: &State, req: Request<Incoming>) -> Reply {
     )?;
     match req.method().as_str() {
         "HEAD" => {
-            let info = req.extensions().get::<ConnInfo>().copied();
             let mut r = dav::get(&grant, target, &req, true).await?;
-            if let (Some(native), Some(c)) = (&state.cfg.native, info) {
-                if c.tls {
-                    r.headers_mut()
-                        .extend(crate::copy::native::advertise(native, c.local));
-                }
-            }
+            advertise(state, &req, &mut r);
             Ok(r)
         }
         "GET" => dav::get(&grant, target, &req, false).await,
@@ -346,6 +342,18 @@ async fn route(state: &State, req: Request<Incoming>) -> Reply {
             StatusCode::METHOD_NOT_ALLOWED,
             format!("{m}: not served (served: {})", dav::ALLOW),
         )),
+    }
+}
+
+/// Adds the daemon's sluice endpoint and fingerprint to an answer over TLS (a peer
+/// daemon then moves a copy's bytes over sluice's protocol).
+fn advertise<B>(state: &State, req: &Request<B>, r: &mut Response<Out>) {
+    let info = req.extensions().get::<ConnInfo>().copied();
+    if let (Some(native), Some(c)) = (&state.cfg.native, info) {
+        if c.tls {
+            r.headers_mut()
+                .extend(crate::copy::native::advertise(native, c.local));
+        }
     }
 }
 

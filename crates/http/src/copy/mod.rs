@@ -67,7 +67,9 @@ pub async fn copy(state: &State, grant: &Grant, target: Target, req: Request<Inc
     let permit = slot(state)?;
     let headers = peer::forwarded(req.headers());
     if let Some(native) = &state.cfg.native {
-        if let Some(source) = native::probe(&peer, &headers, &state.cfg.client_tls).await {
+        if let Some(source) =
+            native::probe(&peer, hyper::Method::HEAD, &headers, &state.cfg.client_tls).await
+        {
             let job = native_job(grant, &rel, source, &headers, native, state).await?;
             return Ok(spawn_native(job, permit));
         }
@@ -128,6 +130,7 @@ async fn native_job(
         source,
         token: native::bearer(headers),
         dest,
+        push: false,
         native: native.clone(),
         interval: state.cfg.marker_interval,
     })
@@ -188,19 +191,42 @@ async fn push_copy(
     let rel = target.file("COPY")?.clone();
     let peer = peer::parse(url)?;
     let root = std::sync::Arc::clone(&grant.account.root);
+    let r = rel.clone();
     let (file, len) = crate::dav::blocking(move || {
-        let f = root.open_read(&rel)?;
+        let f = root.open_read(&r)?;
         let len = f
             .metadata()
-            .map_err(|e| Fail::io("stat", rel.as_str(), &e))?
+            .map_err(|e| Fail::io("stat", r.as_str(), &e))?
             .len();
         Ok((f, len))
     })
     .await?;
     let permit = slot(state)?;
+    let headers = peer::forwarded(req.headers());
+    if let Some(native) = &state.cfg.native {
+        let probed = native::probe(
+            &peer,
+            hyper::Method::OPTIONS,
+            &headers,
+            &state.cfg.client_tls,
+        );
+        if let Some(remote) = probed.await {
+            let root = std::sync::Arc::clone(&grant.account.root);
+            let local = crate::dav::blocking(move || native::local_source(&root, &rel)).await?;
+            let job = native::Pull {
+                source: remote,
+                token: native::bearer(&headers),
+                dest: local,
+                push: true,
+                native: native.clone(),
+                interval: state.cfg.marker_interval,
+            };
+            return Ok(spawn_native(job, permit));
+        }
+    }
     let job = push::Push {
         peer,
-        headers: peer::forwarded(req.headers()),
+        headers,
         file,
         len,
         tls: std::sync::Arc::clone(&state.cfg.client_tls),

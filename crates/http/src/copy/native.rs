@@ -97,10 +97,12 @@ pub fn named(url: &str, native: &Native) -> Result<Source, Fail> {
     Ok(Source { addr, path, trust })
 }
 
-/// Asks an HTTPS source whether it is sluice (an authenticated `HEAD` with the
-/// client's forwarded headers); `None` for anything else (then HTTP carries the copy).
+/// Asks an HTTPS peer whether it is sluice (an authenticated `HEAD` of a source, or an
+/// `OPTIONS` of a destination, with the client's forwarded headers); `None` for
+/// anything else (then HTTP carries the copy).
 pub async fn probe(
     peer: &Peer,
+    method: hyper::Method,
     headers: &[(HeaderName, HeaderValue)],
     tls: &Arc<rustls::ClientConfig>,
 ) -> Option<Source> {
@@ -108,7 +110,9 @@ pub async fn probe(
         return None;
     }
     let mut conn = peer::connect(peer, tls).await.ok()?;
-    let mut req = hyper::Request::head(peer.path.as_str())
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(peer.path.as_str())
         .header(hyper::header::HOST, peer.authority.as_str());
     for (n, v) in headers {
         req = req.header(n, v);
@@ -177,15 +181,37 @@ pub fn local_destination(root: &Root, rel: &RelPath) -> Result<PathBuf, Fail> {
     Ok(dir.join(name))
 }
 
-/// One native pull, ready to run.
+/// The local file `rel` a push sends: a regular file, resolved and checked to be
+/// inside `root` (the engine opens it by path).
+///
+/// # Errors
+/// 404 when it does not exist, 403 when it resolves outside the root.
+pub fn local_source(root: &Root, rel: &RelPath) -> Result<PathBuf, Fail> {
+    drop(root.open_read(rel)?);
+    let base = std::fs::canonicalize(root.path()).map_err(|e| Fail::io("resolving", "", &e))?;
+    let file = std::fs::canonicalize(root.path().join(rel.as_str()))
+        .map_err(|e| Fail::io("resolving", rel.as_str(), &e))?;
+    if !file.starts_with(&base) {
+        return Err(Fail::forbidden(format!(
+            "/{}: outside the account's root",
+            rel.as_str()
+        )));
+    }
+    Ok(file)
+}
+
+/// One native copy, ready to run.
 #[derive(Debug)]
 pub struct Pull {
-    /// The source.
+    /// The other sluice daemon (the source of a pull, the destination of a push).
     pub source: Source,
     /// Its token.
     pub token: Option<Token>,
-    /// The local destination (from [`local_destination`]).
+    /// The local file (from [`local_destination`] for a pull, [`local_source`] for a
+    /// push).
     pub dest: PathBuf,
+    /// Whether this daemon sends (a push).
+    pub push: bool,
     /// The engine.
     pub native: Native,
     /// Perf marker period.
@@ -234,12 +260,19 @@ pub async fn run(job: Pull, tx: mpsc::Sender<Bytes>) {
 }
 
 fn copy(job: &Pull, stats: &Arc<Stats>) -> Result<(), String> {
+    let remote = Endpoint::Remote {
+        addr: job.source.addr.clone(),
+        path: job.source.path.clone(),
+    };
+    let local = Endpoint::Local(job.dest.to_string_lossy().into_owned());
+    let (source, dest) = if job.push {
+        (local, remote)
+    } else {
+        (remote, local)
+    };
     let cfg = CopyConfig {
-        sources: vec![Endpoint::Remote {
-            addr: job.source.addr.clone(),
-            path: job.source.path.clone(),
-        }],
-        dest: Endpoint::Local(job.dest.to_string_lossy().into_owned()),
+        sources: vec![source],
+        dest,
         opts: job.native.opts.clone(),
         token: job.token.clone(),
         tls: ClientTls {
@@ -249,5 +282,5 @@ fn copy(job: &Pull, stats: &Arc<Stats>) -> Result<(), String> {
         far: None,
     };
     sluice_engine::client::copy(&cfg, &job.native.runtime, stats)
-        .map_err(|e| format!("over sluice from {}: {e}", job.source.addr))
+        .map_err(|e| format!("over sluice with {}: {e}", job.source.addr))
 }
