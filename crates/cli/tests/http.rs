@@ -524,3 +524,35 @@ fn sigterm_leaves_no_partial_upload() {
     assert_eq!(names(&root), Vec::<String>::new());
     drop(s);
 }
+
+#[test]
+fn a_put_whose_digest_does_not_match_is_not_kept() {
+    if !have("curl") {
+        return;
+    }
+    let (dir, root) = setup();
+    let (_d, addr) = daemon(dir.path(), &root, &[]);
+    let bytes = data(100_000, 4);
+    let src = dir.path().join("src.bin");
+    std::fs::write(&src, &bytes).unwrap();
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let url = format!("https://{addr}/f.bin");
+    let (code, body) = curl(&[
+        "-H",
+        &auth,
+        "-H",
+        "Digest: adler32=00000001",
+        "-T",
+        s(&src),
+        &url,
+    ]);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("adler32"), "{body}");
+    assert_eq!(names(&root), Vec::<String>::new());
+    let good = format!("Digest: adler32={:08x}", adler32(&bytes));
+    assert_eq!(
+        curl(&["-H", &auth, "-H", &good, "-T", s(&src), &url]).0,
+        201
+    );
+    assert_eq!(std::fs::read(root.join("f.bin")).unwrap(), bytes);
+}

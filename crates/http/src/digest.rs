@@ -32,6 +32,7 @@ pub struct Digests {
 }
 
 /// Digests being computed over bytes as they pass.
+#[derive(Clone)]
 pub struct Running {
     adler: adler2::Adler32,
     md5: md5::Md5,
@@ -143,6 +144,38 @@ fn qvalue(s: &str) -> Option<u16> {
     }
     let q = whole * 1000 + thousandths;
     (q <= 1000).then_some(q)
+}
+
+/// Checks a request's `Digest` header (RFC 3230: what the sender says it sent) against
+/// the digests of what arrived; algorithms this server does not compute are ignored.
+///
+/// # Errors
+/// One line naming the algorithm and both values.
+pub fn check(claimed: &str, got: &Digests) -> Result<(), String> {
+    for item in claimed.split(',') {
+        let Some((name, value)) = item.trim().split_once('=') else {
+            continue;
+        };
+        let algo = match name.trim().to_ascii_lowercase().as_str() {
+            "adler32" => Algo::Adler32,
+            "md5" => Algo::Md5,
+            _ => continue,
+        };
+        let ours = got.header(&[algo]);
+        let (_, ours) = ours.split_once('=').unwrap_or(("", ""));
+        let same = match algo {
+            Algo::Adler32 => u32::from_str_radix(value.trim(), 16).ok() == Some(got.adler32),
+            Algo::Md5 => value.trim() == ours,
+        };
+        if !same {
+            return Err(format!(
+                "Digest: {} {} was sent, {ours} arrived",
+                name.trim(),
+                value.trim()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What the attribute records: the digests and the size and mtime they belong to.
@@ -261,6 +294,17 @@ mod tests {
         assert_eq!(qvalue("1"), Some(1000));
         assert_eq!(qvalue("1.5"), None);
         assert_eq!(qvalue("x"), None);
+    }
+
+    #[test]
+    fn claimed_digests_are_checked() {
+        let mut r = Running::new();
+        r.update(b"Wikipedia");
+        let d = r.finish();
+        assert_eq!(check("adler32=11e60398", &d), Ok(()));
+        assert_eq!(check("ADLER32=11E60398, sha-256=xyz", &d), Ok(()));
+        assert!(check("adler32=00000001", &d).is_err());
+        assert!(check("md5=AAAAAAAAAAAAAAAAAAAAAA==", &d).is_err());
     }
 
     #[test]

@@ -107,6 +107,11 @@ impl Upload {
         })
     }
 
+    /// The digests of the bytes written so far.
+    pub fn digests(&self) -> Digests {
+        self.running.clone().finish()
+    }
+
     /// Bytes written so far.
     pub fn written(&self) -> u64 {
         self.written

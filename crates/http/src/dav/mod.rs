@@ -70,6 +70,11 @@ pub async fn put(grant: &Grant, target: Target, req: Request<hyper::body::Incomi
                 .ok_or_else(|| Fail::bad("Content-Length: not a number"))
         })
         .transpose()?;
+    let claimed = req
+        .headers()
+        .get("digest")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let mut up = Upload::begin(Arc::clone(&grant.account.root), rel).await?;
     let mut body = req.into_body();
     while let Some(frame) = body.frame().await {
@@ -91,6 +96,10 @@ pub async fn put(grant: &Grant, target: Target, req: Request<hyper::body::Incomi
                 up.written()
             )));
         }
+    }
+    if let Some(claimed) = &claimed {
+        crate::digest::check(claimed, &up.digests())
+            .map_err(|m| Fail::bad(format!("PUT {}: {m}: nothing kept", target.display())))?;
     }
     let done = up.commit().await?;
     let status = if done.replaced {
