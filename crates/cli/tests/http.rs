@@ -556,3 +556,28 @@ fn a_put_whose_digest_does_not_match_is_not_kept() {
     );
     assert_eq!(std::fs::read(root.join("f.bin")).unwrap(), bytes);
 }
+
+#[test]
+fn https_presents_the_daemons_tls_identity() {
+    if !have("curl") {
+        return;
+    }
+    let (dir, root) = setup();
+    std::fs::write(root.join("f"), b"hello").unwrap();
+    let state = dir.path().join("state");
+    let (_d, addr) = daemon(dir.path(), &root, &["--state-dir", s(&state)]);
+    let ca = state.join("identity.pem");
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let url = format!("https://{addr}/f");
+    // Verified against the daemon's own certificate (no -k): the same identity as the
+    // sluice protocol's.
+    let r = run("curl", &["-sS", "--cacert", s(&ca), "-H", &auth, &url], &[]);
+    assert_eq!((r.code, r.stdout.as_str()), (Some(0), "hello"), "{r:?}");
+    let other = tempfile::NamedTempFile::new().unwrap();
+    let r = run(
+        "curl",
+        &["-sS", "--cacert", s(other.path()), "-H", &auth, &url],
+        &[],
+    );
+    assert_ne!(r.code, Some(0), "{r:?}");
+}
