@@ -243,12 +243,12 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
     for (nic, ip) in &nic_addresses {
         tracing::info!("advertising {ip} for the data connections of the channel of {nic}");
     }
-    let accounts = shared.accounts(&root, token.clone()).map_err(bad_input)?;
     let port = listener.local_addr()?.port();
+    let accounts = || shared.accounts(&root, token.clone()).map_err(bad_input);
     let native = || crate::http_args::native(&runtime, port, &tls, job_options(&args.job)?);
     let _http = args
         .http
-        .start(&tls, accounts, args.max_connections, native)?;
+        .start(&tls, args.max_connections, accounts, native)?;
     let fingerprint = tls.fingerprint().to_string();
     announce(args, listener.local_addr()?, runtime.plan(), &fingerprint);
     let cfg = ServeConfig {

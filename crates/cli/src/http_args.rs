@@ -48,8 +48,8 @@ impl HttpArgs {
     pub fn start(
         &self,
         tls: &ServerTls,
-        accounts: Accounts,
         max_connections: usize,
+        accounts: impl FnOnce() -> Result<Accounts>,
         native: impl FnOnce() -> Result<Native>,
     ) -> Result<Option<HttpServer>> {
         let Some(listen) = self.http else {
@@ -66,6 +66,7 @@ impl HttpArgs {
         let client_tls =
             sluice_http::serve::client_tls(self.http_ca.as_deref()).map_err(bad_input)?;
         let admit_clear = listen.ip().is_loopback() || self.http_insecure;
+        let accounts = accounts()?;
         let mut native = native()?;
         native.ca = self.http_ca.clone();
         let cfg = sluice_http::HttpConfig {
