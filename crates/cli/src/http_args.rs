@@ -34,6 +34,11 @@ pub struct HttpArgs {
     /// (307) to the least-loaded such daemon with fewer. Repeatable.
     #[arg(long, value_name = "URL")]
     pub http_peer: Vec<String>,
+    /// File holding the key (32 bytes or more, mode 600) that signs the scoped tokens
+    /// (macaroons) this daemon issues; give the daemons of a site the same file so a
+    /// token stays good after a redirect. Default: a random key per start.
+    #[arg(long, value_name = "FILE")]
+    pub http_token_key: Option<PathBuf>,
     /// PEM certificates trusted, besides the system's CAs, for HTTPS peers of copies
     /// (a site CA, or another daemon's certificate).
     #[arg(long, value_name = "FILE")]
@@ -53,9 +58,13 @@ impl HttpArgs {
         native: impl FnOnce() -> Result<Native>,
     ) -> Result<Option<HttpServer>> {
         let Some(listen) = self.http else {
-            if self.http_insecure || self.http_ca.is_some() || !self.http_peer.is_empty() {
+            let http_only = self.http_insecure
+                || self.http_ca.is_some()
+                || self.http_token_key.is_some()
+                || !self.http_peer.is_empty();
+            if http_only {
                 return Err(bad_input(
-                    "--http-insecure, --http-ca and --http-peer need --http ADDR:PORT",
+                    "--http-insecure, --http-ca, --http-peer and --http-token-key need --http ADDR:PORT",
                 ));
             }
             return Ok(None);
@@ -66,6 +75,9 @@ impl HttpArgs {
         let client_tls =
             sluice_http::serve::client_tls(self.http_ca.as_deref()).map_err(bad_input)?;
         let admit_clear = listen.ip().is_loopback() || self.http_insecure;
+        if let Some(p) = &self.http_token_key {
+            sluice_http::macaroon::Key::from_file(p).map_err(bad_input)?;
+        }
         let accounts = accounts()?;
         let mut native = native()?;
         native.ca = self.http_ca.clone();
@@ -78,6 +90,7 @@ impl HttpArgs {
             max_connections: max_connections.max(1),
             max_copies: self.http_max_copies,
             marker_interval: Duration::from_secs(5),
+            token_key: self.http_token_key.clone(),
             client_tls,
             native: Some(native),
             site: sluice_http::site::Site::new(&self.http_peer).map_err(bad_input)?,

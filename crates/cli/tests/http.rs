@@ -581,3 +581,52 @@ fn https_presents_the_daemons_tls_identity() {
     );
     assert_ne!(r.code, Some(0), "{r:?}");
 }
+
+#[test]
+fn a_shared_token_key_makes_scoped_tokens_good_across_a_site() {
+    if !have("curl") {
+        return;
+    }
+    let (dir, root) = setup();
+    std::fs::write(root.join("f"), b"shared").unwrap();
+    let key = dir.path().join("token.key");
+    std::fs::write(&key, "0123456789abcdef0123456789abcdef-site-key").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (_a, a) = daemon(dir.path(), &root, &["--http-token-key", s(&key)]);
+    let (_b, b) = daemon(dir.path(), &root, &["--http-token-key", s(&key)]);
+    let (_c, c) = daemon(dir.path(), &root, &[]);
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let (code, m) = macaroon(&format!("https://{a}"), "/f", &auth, "{}");
+    assert_eq!(code, 200, "{m}");
+    let with = format!("Authorization: Bearer {m}");
+    assert_eq!(
+        curl(&["-H", &with, &format!("https://{b}/f")]),
+        (200, "shared".into())
+    );
+    assert_eq!(curl(&["-H", &with, &format!("https://{c}/f")]).0, 401);
+    // A key file others may read is refused at start.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let tok = dir.path().join("token");
+    let r = run(
+        common::BIN,
+        &[
+            "serve",
+            "--root",
+            s(&root),
+            "--token-file",
+            s(&tok),
+            "--listen",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--http-token-key",
+            s(&key),
+        ],
+        &[],
+    );
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(
+        r.stderr.contains("--http-token-key") && r.stderr.contains("chmod 600"),
+        "{r:?}"
+    );
+}

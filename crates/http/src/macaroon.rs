@@ -1,7 +1,8 @@
 //! Scoped tokens the daemon issues (`POST` with `Content-Type:
 //! application/macaroon-request`, as gfal2 and FTS3 ask dCache for macaroons): a token
 //! limited to a path, a set of activities and an expiry, for an account, signed with
-//! HMAC-SHA-256 under a key the daemon draws at start (tokens end with the daemon).
+//! HMAC-SHA-256 under a key the daemon draws at start (tokens end with the daemon), or
+//! one read from a file its site's daemons share (`--http-token-key`).
 //!
 //! A token is `sluice1.` + base64url(payload JSON) + `.` + base64url(MAC). It is
 //! self-contained: the daemon keeps nothing per token. A token issued under another
@@ -104,6 +105,41 @@ impl Key {
         let mut k = [0u8; 32];
         getrandom::fill(&mut k).map_err(|e| std::io::Error::other(e.to_string()))?;
         Ok(Key(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &k)))
+    }
+
+    /// The key kept in `path` (shared by the daemons of a site, so that a token one
+    /// issued is good at another after a redirect): at least 32 bytes, readable by its
+    /// owner only.
+    ///
+    /// # Errors
+    /// One line naming the file and what is wrong.
+    pub fn from_file(path: &std::path::Path) -> Result<Key, String> {
+        use std::io::Read;
+        use std::os::unix::fs::PermissionsExt;
+        let at = |m: String| format!("--http-token-key {}: {m}", path.display());
+        let f = std::fs::File::open(path).map_err(|e| at(format!("cannot read it: {e}")))?;
+        let mode = f
+            .metadata()
+            .map_err(|e| at(e.to_string()))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(at(format!(
+                "its mode is {:o}: make it readable by its owner only (chmod 600)",
+                mode & 0o777
+            )));
+        }
+        let mut bytes = Vec::new();
+        f.take(4096)
+            .read_to_end(&mut bytes)
+            .map_err(|e| at(e.to_string()))?;
+        if bytes.trim_ascii().len() < 32 {
+            return Err(at("shorter than 32 bytes".into()));
+        }
+        Ok(Key(ring::hmac::Key::new(
+            ring::hmac::HMAC_SHA256,
+            bytes.trim_ascii(),
+        )))
     }
 
     /// The signed token for `scope`.

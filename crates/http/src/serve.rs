@@ -44,6 +44,8 @@ pub struct HttpConfig {
     pub max_connections: usize,
     /// Third-party copies at once; more are answered 429.
     pub max_copies: usize,
+    /// The scoped tokens' key file (`None`: a random key per start).
+    pub token_key: Option<std::path::PathBuf>,
     /// How often a copy's perf marker is sent.
     pub marker_interval: Duration,
     /// How this daemon checks the servers it copies from (HTTPS sources).
@@ -143,7 +145,10 @@ pub fn start(cfg: HttpConfig) -> std::io::Result<HttpServer> {
     let mut tls = (*cfg.tls).clone();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let state = Arc::new(State {
-        key: Key::random()?,
+        key: match &cfg.token_key {
+            Some(p) => Key::from_file(p).map_err(std::io::Error::other)?,
+            None => Key::random()?,
+        },
         copies: Arc::new(Semaphore::new(cfg.max_copies)),
         tls: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
         cfg,
