@@ -73,7 +73,7 @@ impl HttpArgs {
             return Err(bad_input("--http-max-copies must be at least 1"));
         }
         let client_tls =
-            sluice_http::serve::client_tls(self.http_ca.as_deref()).map_err(bad_input)?;
+            sluice_http::copy::peer::client_tls(self.http_ca.as_deref()).map_err(bad_input)?;
         let admit_clear = listen.ip().is_loopback() || self.http_insecure;
         if let Some(p) = &self.http_token_key {
             sluice_http::macaroon::Key::from_file(p).map_err(bad_input)?;

@@ -148,6 +148,47 @@ where
     Ok(Connected { sender, addr })
 }
 
+/// The trust for HTTPS sources and destinations of copies: the system's CA bundle
+/// (`/etc/ssl/certs/ca-certificates.crt`, if present) and the PEM certificates of
+/// `extra` (`--http-ca`: a site CA, or a peer daemon's self-signed certificate).
+///
+/// # Errors
+/// `extra` cannot be read or holds no certificate; no certificate is trusted at all.
+pub fn client_tls(extra: Option<&std::path::Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    let system = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
+    if let Ok(iter) = CertificateDer::pem_file_iter(system) {
+        let (ok, bad) = roots.add_parsable_certificates(iter.filter_map(Result::ok));
+        tracing::debug!("http: {ok} system CA certificates ({bad} unusable)");
+    }
+    if let Some(p) = extra {
+        let certs = CertificateDer::pem_file_iter(p)
+            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("--http-ca {}: {e}", p.display()))?;
+        if certs.is_empty() {
+            return Err(format!(
+                "--http-ca {}: no PEM certificate in it",
+                p.display()
+            ));
+        }
+        for c in certs {
+            roots
+                .add(c)
+                .map_err(|e| format!("--http-ca {}: {e}", p.display()))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
