@@ -131,7 +131,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub tls: ServerTlsArgs,
     #[command(flatten)]
-    pub http: crate::http_args::HttpArgs,
+    pub http: Box<crate::http_args::HttpArgs>,
 }
 
 /// Reads a shared secret from a file (one trailing newline ignored).

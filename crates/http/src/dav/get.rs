@@ -98,9 +98,11 @@ pub async fn get(
         b = b.header("Digest", d);
     }
     let wanted = range_hdr.map_or(Wanted::Whole, |r| range::parse(&r, found.len));
-    let (b, start, len) = match ranged(b, wanted, found.len) {
-        Ok(r) => r,
-        Err(unsatisfiable) => return unsatisfiable,
+    let Some((b, start, len)) = ranged(b, wanted, found.len) else {
+        return response(StatusCode::RANGE_NOT_SATISFIABLE)
+            .header(header::CONTENT_RANGE, format!("bytes */{}", found.len))
+            .body(Out::empty())
+            .map_err(internal);
     };
     if head {
         return b.body(Out::empty()).map_err(internal);
@@ -128,9 +130,9 @@ fn directory(target: &Target, head: bool) -> Reply {
     ))
 }
 
-/// The builder, first byte and length for `wanted` of a file of `size` bytes; the 416
-/// answer when nothing satisfies it.
-fn ranged(b: Builder, wanted: Wanted, size: u64) -> Result<(Builder, u64, u64), Reply> {
+/// The builder, first byte and length for `wanted` of a file of `size` bytes; `None`
+/// when nothing satisfies it (416).
+fn ranged(b: Builder, wanted: Wanted, size: u64) -> Option<(Builder, u64, u64)> {
     let (b, start, len) = match wanted {
         Wanted::Whole => (b, 0, size),
         Wanted::Part { start, len } => {
@@ -140,12 +142,7 @@ fn ranged(b: Builder, wanted: Wanted, size: u64) -> Result<(Builder, u64, u64), 
                 .header(header::CONTENT_RANGE, format!("bytes {start}-{end}/{size}"));
             (b, start, len)
         }
-        Wanted::Unsatisfiable => {
-            return Err(response(StatusCode::RANGE_NOT_SATISFIABLE)
-                .header(header::CONTENT_RANGE, format!("bytes */{size}"))
-                .body(Out::empty())
-                .map_err(internal));
-        }
+        Wanted::Unsatisfiable => return None,
     };
-    Ok((b.header(header::CONTENT_LENGTH, len), start, len))
+    Some((b.header(header::CONTENT_LENGTH, len), start, len))
 }
