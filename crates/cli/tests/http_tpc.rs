@@ -214,6 +214,21 @@ fn refusals_400_501_and_rights() {
     ]);
     assert_eq!(code, 401);
     assert_eq!(names(&root), Vec::<String>::new());
+    // Overwrite: F on an existing file: 412, the file untouched.
+    std::fs::write(root.join("kept"), b"kept").unwrap();
+    let (code, body) = curl(&[
+        "-X",
+        "COPY",
+        "-H",
+        &auth,
+        "-H",
+        "Overwrite: F",
+        "-H",
+        "Source: http://127.0.0.1:1/a",
+        &format!("{base}/kept"),
+    ]);
+    assert_eq!(code, 412, "{body}");
+    assert_eq!(std::fs::read(root.join("kept")).unwrap(), b"kept");
 }
 
 #[test]
