@@ -4,7 +4,8 @@
 # this namespace reaches each over its own veth). One run each, in this order:
 #   1. gfal-copy --copy-mode pull, davs:// (B pulls from A; sluice-native bytes),
 #   2. sluice cp from A's namespace to B (sluice's own push between the same pair),
-#   3. gfal-copy --copy-mode pull, dav:// clear text (B pulls from A over HTTP).
+#   3. gfal-copy --copy-mode pull, dav:// clear text (B pulls from A over HTTP),
+# after a 1-byte gfal-copy that shows gfal2's fixed cost per transfer.
 # Usage: crates/http/bench/tpc.sh [SIZE_MIB] [SLUICE_BINARY]   (default 1024, release)
 set -euo pipefail
 SIZE_MIB=${1:-1024}
@@ -31,6 +32,7 @@ mkdir -p "$WORK/a" "$WORK/b"
 TOKEN=bench-token-0123456789abcdef
 printf %s "$TOKEN" > "$WORK/token"; chmod 600 "$WORK/token"
 head -c "$((SIZE_MIB << 20))" /dev/urandom > "$WORK/a/f.bin"
+printf x > "$WORK/a/one.bin"
 serve() { # NS IP ROOT STATE EXTRA...
   local ns=$1 ip=$2 root=$3 state=$4; shift 4
   ip netns exec "$ns" "$BIN" serve --root "$root" --token-file "$WORK/token" --listen "$ip:7000" \
@@ -44,13 +46,16 @@ serve $B 10.66.12.2 "$WORK/b" "$WORK/sb" --http-insecure --http-ca "$WORK/sa/ide
 export GFAL_PYTHONBIN=/usr/bin/python3 BEARER_TOKEN=$TOKEN
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" > "$WORK/last.log" 2>&1 || { cat "$WORK/last.log"; exit 1; }; t1=$(date +%s.%N); echo "$t1 - $t0" | bc -l; }
 G=(gfal-copy -D "HTTP PLUGIN:INSECURE=true" -D "HTTP PLUGIN:ENABLE_FALLBACK_TPC_COPY=false" --copy-mode pull)
+fixed=$(secs "${G[@]}" davs://10.66.11.2:8443/one.bin davs://10.66.12.2:8443/one.bin)
 native=$(secs "${G[@]}" davs://10.66.11.2:8443/f.bin davs://10.66.12.2:8443/native.bin)
 push=$(secs ip netns exec $A "$BIN" cp --token-file "$WORK/token" --known-hosts "$WORK/kh" "$WORK/a/f.bin" sluice://10.66.12.2:7000/push.bin)
 http=$(secs "${G[@]}" dav://10.66.11.2:8443/f.bin dav://10.66.12.2:8443/http.bin)
 for f in native push http; do cmp -s "$WORK/a/f.bin" "$WORK/b/$f.bin" || { echo "$f.bin differs" >&2; exit 1; }; done
 mib() { echo "scale=0; $SIZE_MIB / $1" | bc -l; }
 echo "size_mib=$SIZE_MIB"
+echo "gfal_tpc_one_byte_s=$fixed (gfal2's fixed cost: start-up, stat, checksum, COPY)"
 echo "gfal_tpc_native_s=$native MiB/s=$(mib "$native")"
 echo "sluice_push_s=$push MiB/s=$(mib "$push")"
 echo "gfal_tpc_http_s=$http MiB/s=$(mib "$http")"
 echo "native/push=$(echo "scale=2; $push / $native" | bc -l) native/http=$(echo "scale=2; $http / $native" | bc -l)"
+echo "without gfal2's fixed cost: native/push=$(echo "scale=2; $push / ($native - $fixed)" | bc -l)"
