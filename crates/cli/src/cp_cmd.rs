@@ -15,7 +15,7 @@ use sluice_placement::Plan;
 use sluice_topology::Machine;
 use sluice_wire::{Recovery, Token};
 use std::io::IsTerminal;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -197,8 +197,12 @@ fn announce(args: &ServeArgs, addr: SocketAddr, plan: &Plan, fingerprint: &str) 
     }
 }
 
-/// Runs `sluice serve`.
+/// Runs `sluice serve` (an error that names a flag set in `--config` names its line).
 pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
+    serve_checked(args).map_err(|e| crate::serve_args::attribute(args.shared.loaded.as_deref(), e))
+}
+
+fn serve_checked(args: &ServeArgs) -> Result<ExitCode> {
     let token = args.token_file.as_ref().map(read_token).transpose()?;
     let shared = args.shared.shared()?;
     let authenticated = token.is_some() || shared.accounts_file.is_some();
@@ -210,8 +214,10 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
     }
     // With --accounts each account's root is checked when the file is loaded, here
     // first so that a bad file is refused before the daemon says it is ready.
-    if let Some(file) = &shared.accounts_file {
-        sluice_engine::accounts::file::load(file).map_err(bad_input)?;
+    if shared.accounts_file.is_some() {
+        shared
+            .accounts(std::path::Path::new(""), None)
+            .map_err(bad_input)?;
     }
     let root = args.root.clone().unwrap_or_default();
     if args.root.is_some() && !root.is_dir() {
@@ -227,11 +233,17 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
         planner: sluice_engine::codec::Planner::Daemon,
         ..args.job.clone()
     };
+    if args.shared.check {
+        if args.tls.cert.is_some() {
+            args.tls.server_tls(args.listen)?;
+        }
+        let plan = job.plan(&load_machine(&args.topology)?, Side::Both)?;
+        return Ok(crate::serve_args::check(&args.shared, &plan, args.listen));
+    }
     let tls = args.tls.server_tls(args.listen)?;
     let machine = load_machine(&args.topology)?;
     let runtime = runtime_on(&machine, &job, &args.topology, Side::Both)?;
-    let listener = TcpListener::bind(args.listen)
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listener = crate::serve_args::bind(args.listen)?;
     let nic_addresses = advertised_addresses(
         &machine,
         runtime.plan(),

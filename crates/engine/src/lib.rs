@@ -31,6 +31,7 @@ mod fault;
 pub mod fs;
 pub mod guard;
 pub mod net;
+pub mod notify;
 pub mod oneshot;
 pub mod options;
 pub mod pipeline;

@@ -95,6 +95,26 @@ impl std::fmt::Debug for Secret {
 /// One line naming the account (by number and name) and what is wrong.
 pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
     let raw: RawFile = toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
+    entries(raw)
+}
+
+/// [`parse`] for a configuration file that holds `[[account]]` tables among keys of its
+/// own (`sluice serve --config`): only the tables are read.
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_embedded(text: &str) -> Result<Vec<Entry>, String> {
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
+    let mut only = toml::Table::new();
+    if let Some(accounts) = table.remove("account") {
+        only.insert("account".into(), accounts);
+    }
+    let raw =
+        RawFile::deserialize(toml::Value::Table(only)).map_err(|e| one_line(&e.to_string()))?;
+    entries(raw)
+}
+
+fn entries(raw: RawFile) -> Result<Vec<Entry>, String> {
     if raw.account.is_empty() {
         return Err("no [[account]] entries".into());
     }
@@ -195,12 +215,30 @@ fn one_line(s: &str) -> String {
 /// # Errors
 /// [`AccountsError`] naming the file and what is wrong.
 pub fn load(path: &Path) -> Result<Accounts, AccountsError> {
+    load_as(path, false)
+}
+
+/// [`load`] for the `[[account]]` tables of a configuration file ([`parse_embedded`]);
+/// a SIGHUP re-reads them the same way.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_embedded(path: &Path) -> Result<Accounts, AccountsError> {
+    load_as(path, true)
+}
+
+fn load_as(path: &Path, embedded: bool) -> Result<Accounts, AccountsError> {
     let err = |message: String| AccountsError {
         path: path.to_path_buf(),
         message,
     };
     let text = read_bounded(path).map_err(&err)?;
-    let entries = parse(&text).map_err(&err)?;
+    let entries = if embedded {
+        parse_embedded(&text)
+    } else {
+        parse(&text)
+    }
+    .map_err(&err)?;
     if entries
         .iter()
         .any(|e| matches!(e.secret, Secret::Inline(_)))
@@ -219,7 +257,12 @@ pub fn load(path: &Path) -> Result<Accounts, AccountsError> {
         }
         list.push(account);
     }
-    Ok(Accounts::from_list(list, Some(path.to_path_buf())))
+    let accounts = Accounts::from_list(list, Some(path.to_path_buf()));
+    Ok(if embedded {
+        accounts.embedded()
+    } else {
+        accounts
+    })
 }
 
 fn read_bounded(path: &Path) -> Result<String, String> {

@@ -124,6 +124,9 @@ pub struct Accounts {
     list: Vec<Arc<Account>>,
     /// Where they were read from (re-read on SIGHUP); `None` for the implicit account.
     source: Option<PathBuf>,
+    /// The source is a configuration file whose `[[account]]` tables are the accounts
+    /// (its other keys are not the accounts loader's).
+    embedded: bool,
 }
 
 impl Accounts {
@@ -138,6 +141,7 @@ impl Accounts {
         Ok(Accounts {
             list: vec![Arc::new(Account::new(name, token, root, Rights::ALL, None))],
             source: None,
+            embedded: false,
         })
     }
 
@@ -149,7 +153,14 @@ impl Accounts {
         Accounts {
             list: list.into_iter().map(Arc::new).collect(),
             source,
+            embedded: false,
         }
+    }
+
+    /// These accounts are the `[[account]]` tables of a configuration file.
+    pub(crate) fn embedded(mut self) -> Accounts {
+        self.embedded = true;
+        self
     }
 
     /// Whether clients must prove a token.
@@ -233,7 +244,12 @@ impl Live {
         let Some(path) = self.current().source().map(Path::to_path_buf) else {
             return Err("no --accounts file to re-read".into());
         };
-        let fresh = file::load(&path).map_err(|e| e.to_string())?;
+        let fresh = if self.current().embedded {
+            file::load_embedded(&path)
+        } else {
+            file::load(&path)
+        }
+        .map_err(|e| e.to_string())?;
         let n = fresh.len();
         *self
             .0
