@@ -90,6 +90,10 @@ pub struct CpArgs {
     /// Print one JSON summary object instead of the human summary.
     #[arg(long)]
     pub json: bool,
+    /// Limit this transfer to RATE bytes per second (500M, 2G: SI; 100Mi: IEC), paced
+    /// chunk by chunk where the bytes leave or arrive on this host.
+    #[arg(long, value_name = "RATE")]
+    pub bwlimit: Option<String>,
     /// File holding the shared secret of the daemon.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
@@ -307,6 +311,10 @@ impl CpArgs {
             pipeline: self.pipeline.into(),
             direct: !self.buffered,
             chunk_acks: true,
+            pace: sluice_engine::bwlimit::Pace::new(
+                crate::serve_args::rate(self.bwlimit.as_deref())?,
+                &[],
+            ),
             ..job
         })
     }

@@ -38,6 +38,10 @@ pub struct SharedArgs {
     /// aborted.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     pub drain_timeout: u64,
+    /// Limit the daemon to RATE bytes per second in all (500M, 2G: SI; 100Mi: IEC),
+    /// shared fairly by its running sessions; an account's own `bwlimit` applies too.
+    #[arg(long, value_name = "RATE")]
+    pub bwlimit: Option<String>,
     /// Read the settings from FILE (TOML): every long flag of `sluice serve` is a key
     /// (`listen = "0.0.0.0:7878"`, `max-sessions = 64`), accounts may be inline
     /// `[[account]]` tables; flags on the command line override the file.
@@ -78,6 +82,7 @@ impl SharedArgs {
             accounts_file: self.accounts.clone(),
             accounts_embedded: self.loaded.as_ref().is_some_and(|l| l.inline_accounts),
             on_reload,
+            bwlimit: rate(self.bwlimit.as_deref())?,
             audit_log: self.audit_log.clone(),
             limits: Limits {
                 max_sessions: self.max_sessions,
@@ -166,4 +171,16 @@ pub fn check(
     out.push_str("# --check: nothing was started\n");
     let _ = crate::output::stdout(&out);
     crate::exit::ExitCode::Ok
+}
+
+/// `--bwlimit RATE` in bytes per second.
+///
+/// # Errors
+/// Not a rate (bad input, naming the flag).
+pub fn rate(text: Option<&str>) -> Result<Option<u64>> {
+    text.map(|t| {
+        sluice_engine::bwlimit::parse_rate(t)
+            .map_err(|e| crate::exit::bad_input(format!("--bwlimit {e}")))
+    })
+    .transpose()
 }

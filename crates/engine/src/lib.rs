@@ -22,6 +22,7 @@
 mod access;
 pub mod accounts;
 pub mod audit;
+pub mod bwlimit;
 pub mod client;
 pub mod codec;
 pub mod daemon;

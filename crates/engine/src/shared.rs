@@ -27,6 +27,8 @@ pub struct Shared {
     pub signals: bool,
     /// What a SIGHUP reloads besides the accounts (the command's configuration file).
     pub on_reload: Option<crate::drain::OnReload>,
+    /// `--bwlimit`: bytes per second for all sessions together, shared fairly.
+    pub bwlimit: Option<u64>,
 }
 
 impl Default for Shared {
@@ -39,6 +41,7 @@ impl Default for Shared {
             drain_timeout: Duration::from_secs(30),
             signals: false,
             on_reload: None,
+            bwlimit: None,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! root = "/data/alice"
 //! rights = ["read", "write"]                # read = pull from, write = push to
 //! expires = "2027-01-31T00:00:00Z"          # optional
+//! bwlimit = "500M"                          # optional: bytes/s for all its sessions
 //! ```
 //!
 //! Relative `root` and `token_file` paths are taken from the accounts file's directory.
@@ -54,6 +55,7 @@ struct RawAccount {
     root: PathBuf,
     rights: Vec<String>,
     expires: Option<toml::Value>,
+    bwlimit: Option<toml::Value>,
 }
 
 /// An account as the file describes it, checked but with nothing opened yet.
@@ -69,6 +71,8 @@ pub struct Entry {
     pub rights: Rights,
     /// Its expiry.
     pub expires: Option<SystemTime>,
+    /// Its bandwidth limit, bytes per second.
+    pub bwlimit: Option<u64>,
 }
 
 /// Where an account's token is.
@@ -154,6 +158,7 @@ fn entry(a: RawAccount) -> Result<Entry, String> {
         root: a.root,
         rights: rights(&a.rights)?,
         expires: a.expires.as_ref().map(expiry).transpose()?,
+        bwlimit: a.bwlimit.as_ref().map(bwlimit).transpose()?,
     })
 }
 
@@ -199,6 +204,20 @@ fn expiry(v: &toml::Value) -> Result<SystemTime, String> {
     humantime::parse_rfc3339(&text).map_err(|e| {
         format!("expires: {text:?} is not an RFC 3339 UTC time like 2027-01-31T00:00:00Z ({e})")
     })
+}
+
+fn bwlimit(v: &toml::Value) -> Result<u64, String> {
+    let text = match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(n) => n.to_string(),
+        other => {
+            return Err(format!(
+                "bwlimit: expected a rate such as \"500M\", got {}",
+                other.type_str()
+            ))
+        }
+    };
+    crate::bwlimit::parse_rate(&text).map_err(|e| format!("bwlimit: {e}"))
 }
 
 fn one_line(s: &str) -> String {
@@ -305,13 +324,10 @@ fn open(e: Entry, base: &Path) -> Result<Account, String> {
     if !std::fs::metadata(&root_path).is_ok_and(|m| m.is_dir()) {
         return Err(format!("root {}: not a directory", root_path.display()));
     }
-    Ok(Account::new(
-        e.name,
-        Some(token),
-        Arc::new(root),
-        e.rights,
-        e.expires,
-    ))
+    Ok(
+        Account::new(e.name, Some(token), Arc::new(root), e.rights, e.expires)
+            .with_bwlimit(e.bwlimit),
+    )
 }
 
 /// A token file's bytes, one trailing newline dropped (as `--token-file`).

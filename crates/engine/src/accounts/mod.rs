@@ -75,6 +75,8 @@ pub struct Account {
     pub rights: Rights,
     /// When its token stops being accepted.
     pub expires: Option<SystemTime>,
+    /// Its `bwlimit`: bytes per second for all its sessions together, shared fairly.
+    pub bwlimit: Option<Arc<crate::bwlimit::Limiter>>,
 }
 
 impl Account {
@@ -92,7 +94,14 @@ impl Account {
             root,
             rights,
             expires,
+            bwlimit: None,
         }
+    }
+
+    /// The account with a bandwidth limit of `rate` bytes per second for its sessions.
+    pub fn with_bwlimit(mut self, rate: Option<u64>) -> Account {
+        self.bwlimit = rate.map(crate::bwlimit::Limiter::new);
+        self
     }
 
     /// Whether its token has expired at `now`.

@@ -94,6 +94,8 @@ struct Daemon {
     dog: Watchdog,
     audit: Auditor,
     drain: Arc<Drain>,
+    /// `--bwlimit`: the daemon's total, shared fairly by its sessions.
+    bwlimit: Option<Arc<crate::bwlimit::Limiter>>,
 }
 
 /// What the daemon keeps of one connection while serving it.
@@ -239,6 +241,7 @@ impl Daemon {
             dog: Watchdog::start().map_err(|e| EngineError::io("starting the watchdog", e))?,
             audit: Auditor::new(audit),
             drain: Drain::new(),
+            bwlimit: shared.bwlimit.map(crate::bwlimit::Limiter::new),
         })
     }
 
