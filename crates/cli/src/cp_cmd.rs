@@ -238,11 +238,7 @@ fn serve_checked(args: &ServeArgs) -> Result<ExitCode> {
         ..args.job.clone()
     };
     if args.shared.check {
-        if args.tls.cert.is_some() {
-            args.tls.server_tls(args.listen)?;
-        }
-        let plan = job.plan(&load_machine(&args.topology)?, Side::Both)?;
-        return Ok(crate::serve_args::check(&args.shared, &plan, args.listen));
+        return crate::serve_args::check(args, &job);
     }
     let tls = args.tls.server_tls(args.listen)?;
     let machine = load_machine(&args.topology)?;

@@ -144,13 +144,19 @@ pub fn attribute(loaded: Option<&crate::config::Loaded>, err: anyhow::Error) -> 
     }
 }
 
-/// `sluice serve --check`: prints the effective settings and the plan on stdout; the
-/// caller has validated everything that does not need the listener.
+/// `sluice serve --check`: loads the certificate (when one is given) and plans, then
+/// prints the effective settings and the plan on stdout; the caller has validated
+/// everything else that does not need the listener.
 pub fn check(
-    args: &SharedArgs,
-    plan: &sluice_placement::Plan,
-    listen: SocketAddr,
-) -> crate::exit::ExitCode {
+    serve: &crate::cp_cmd::ServeArgs,
+    job: &crate::plan_cmd::JobArgs,
+) -> Result<crate::exit::ExitCode> {
+    if serve.tls.cert.is_some() {
+        serve.tls.server_tls(serve.listen)?;
+    }
+    let machine = crate::topo_cmd::load_machine(&serve.topology)?;
+    let plan = job.plan(&machine, crate::plan_cmd::Side::Both)?;
+    let (args, listen) = (&serve.shared, serve.listen);
     let mut out = String::new();
     match &args.loaded {
         Some(l) => {
@@ -165,12 +171,12 @@ pub fn check(
         plan.channels.len(),
         plan.buffer_bytes() >> 20
     ));
-    for line in sluice_placement::describe(plan).lines() {
+    for line in sluice_placement::describe(&plan).lines() {
         out.push_str(&format!("#   {line}\n"));
     }
     out.push_str("# --check: nothing was started\n");
     let _ = crate::output::stdout(&out);
-    crate::exit::ExitCode::Ok
+    Ok(crate::exit::ExitCode::Ok)
 }
 
 /// `--bwlimit RATE` in bytes per second.

@@ -18,7 +18,9 @@ fn s(p: &Path) -> &str {
 }
 
 fn file(path: &Path, bytes: usize) {
-    let data: Vec<u8> = (0..bytes).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let data: Vec<u8> = (0..bytes)
+        .map(|i| u8::try_from((i * 7 + i / 4096) % 251).unwrap())
+        .collect();
     std::fs::write(path, data).unwrap();
 }
 

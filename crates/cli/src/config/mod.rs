@@ -33,6 +33,8 @@ pub struct Loaded {
     pub applied: Vec<(String, usize)>,
     /// The file's `[[account]]` tables are the daemon's accounts.
     pub inline_accounts: bool,
+    /// The keys the command line (or the environment) gives: the file's never apply.
+    pub from_command_line: Vec<String>,
     /// Every key's effective value and where it came from (for `--check`).
     pub effective: Vec<show::Setting>,
 }
@@ -53,13 +55,14 @@ pub fn parse<T: clap::Parser>(argv: Vec<OsString>) -> anyhow::Result<(T, Option<
         .ignore_errors(true)
         .try_get_matches_from(&argv)
         .map_err(|e| bad_input(e.to_string().lines().next().unwrap_or_default().to_string()))?;
-    let given = first
+    let on_line = first
         .subcommand_matches("serve")
         .cloned()
         .unwrap_or_default();
     let file = ConfigFile::read(&path).map_err(bad_input)?;
     let serve = cmd.find_subcommand("serve").cloned().unwrap_or_default();
-    let (extra, applied, inline_accounts) = file_args(&serve, &given, &file).map_err(bad_input)?;
+    let (extra, applied, inline_accounts) =
+        file_args(&serve, &on_line, &file).map_err(bad_input)?;
     let merged: Vec<OsString> = argv
         .into_iter()
         .chain(extra.into_iter().map(OsString::from))
@@ -75,10 +78,16 @@ pub fn parse<T: clap::Parser>(argv: Vec<OsString>) -> anyhow::Result<(T, Option<
         }
     };
     let value = T::from_arg_matches(&matches).map_err(|e| bad_input(e.to_string()))?;
+    let from_command_line = serve
+        .get_arguments()
+        .filter(|a| given(&on_line, a.get_id().as_str()))
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .collect();
     let mut loaded = Loaded {
         file,
         applied,
         inline_accounts,
+        from_command_line,
         effective: Vec::new(),
     };
     if let Some(sm) = matches.subcommand_matches("serve") {
@@ -110,11 +119,13 @@ fn given(m: &ArgMatches, id: &str) -> bool {
 
 type FileArgs = (Vec<String>, Vec<(String, usize)>, bool);
 
+/// `file:LINE: key: msg`.
+fn at(file: &ConfigFile, line: usize, key: &str, msg: &str) -> String {
+    format!("{}:{line}: {key}: {msg}", file.path.display())
+}
+
 /// The flags the file stands for, minus those the command line overrides.
 fn file_args(serve: &Command, cli: &ArgMatches, file: &ConfigFile) -> Result<FileArgs, String> {
-    let at = |line: usize, key: &str, msg: String| {
-        format!("{}:{line}: {key}: {msg}", file.path.display())
-    };
     let mut extra = Vec::new();
     let mut applied = Vec::new();
     // A flag the command line gives, or one that conflicts with a flag it gives (either
@@ -123,59 +134,51 @@ fn file_args(serve: &Command, cli: &ArgMatches, file: &ConfigFile) -> Result<Fil
         .get_arguments()
         .filter(|g| given(cli, g.get_id().as_str()))
         .collect();
+    let conflict = |a: &clap::Arg, b: &clap::Arg| {
+        let ids = serve.get_arg_conflicts_with(a);
+        ids.iter().any(|c| c.get_id() == b.get_id())
+    };
     let overridden = |a: &clap::Arg| {
-        on_line.iter().any(|g| {
-            g.get_id() == a.get_id()
-                || serve
-                    .get_arg_conflicts_with(a)
-                    .iter()
-                    .any(|c| c.get_id() == g.get_id())
-                || serve
-                    .get_arg_conflicts_with(g)
-                    .iter()
-                    .any(|c| c.get_id() == a.get_id())
-        })
+        on_line
+            .iter()
+            .any(|g| g.get_id() == a.get_id() || conflict(a, g) || conflict(g, a))
     };
     for e in file.entries.iter().filter(|e| e.key != keys::ACCOUNT) {
         let Some(a) = keys::arg(serve, &e.key) else {
             let known = keys::all(serve).join(", ");
-            return Err(at(
-                e.line,
-                &e.key,
-                format!("unknown key (expected one of: {known})"),
-            ));
+            let msg = format!("unknown key (expected one of: {known})");
+            return Err(at(file, e.line, &e.key, &msg));
         };
-        let args = keys::to_args(a, e).map_err(|m| at(e.line, &e.key, m))?;
-        keys::check_value(serve, a, &args).map_err(|m| at(e.line, &e.key, m))?;
+        let args = keys::to_args(a, e).map_err(|m| at(file, e.line, &e.key, &m))?;
+        keys::check_value(serve, a, &args).map_err(|m| at(file, e.line, &e.key, &m))?;
         if !overridden(a) {
             extra.extend(args);
             applied.push((e.key.clone(), e.line));
         }
     }
-    let mut inline = false;
-    if let Some(e) = file.get(keys::ACCOUNT) {
-        if e.value != Value::Tables {
-            return Err(at(
-                e.line,
-                &e.key,
-                format!("expected [[account]] tables, got {}", e.value.kind()),
-            ));
-        }
-        if let Some(other) = file.get("accounts") {
-            return Err(at(
-                other.line,
-                "accounts",
-                "give accounts = FILE or [[account]] tables, not both".into(),
-            ));
-        }
-        let accounts = keys::arg(serve, "accounts").ok_or("no --accounts flag")?;
-        if !overridden(accounts) {
-            extra.push(format!("--accounts={}", file.path.display()));
-            applied.push((e.key.clone(), e.line));
-            inline = true;
-        }
+    let accounts = keys::arg(serve, "accounts").ok_or("no --accounts flag")?;
+    let inline = inline_accounts(file)? && !overridden(accounts);
+    if let (true, Some(e)) = (inline, file.get(keys::ACCOUNT)) {
+        extra.push(format!("--accounts={}", file.path.display()));
+        applied.push((e.key.clone(), e.line));
     }
     Ok((extra, applied, inline))
+}
+
+/// Whether the file holds `[[account]]` tables (and not `accounts = FILE` too).
+fn inline_accounts(file: &ConfigFile) -> Result<bool, String> {
+    let Some(e) = file.get(keys::ACCOUNT) else {
+        return Ok(false);
+    };
+    if e.value != Value::Tables {
+        let msg = format!("expected [[account]] tables, got {}", e.value.kind());
+        return Err(at(file, e.line, &e.key, &msg));
+    }
+    if let Some(other) = file.get("accounts") {
+        let msg = "give accounts = FILE or [[account]] tables, not both";
+        return Err(at(file, other.line, "accounts", msg));
+    }
+    Ok(true)
 }
 
 /// The effective settings of `loaded`, as TOML lines with where each came from.

@@ -54,8 +54,9 @@ impl Reloader {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut out = Outcome::default();
         for key in changed(&current, fresh) {
-            let overridden = self.loaded.file.get(&key).is_some()
-                && !self.loaded.applied.iter().any(|(k, _)| *k == key);
+            let overridden = self.loaded.from_command_line.contains(&key)
+                || (self.loaded.file.get(&key).is_some()
+                    && !self.loaded.applied.iter().any(|(k, _)| *k == key));
             if overridden {
                 continue;
             }
@@ -128,6 +129,7 @@ mod tests {
             },
             applied,
             inline_accounts: false,
+            from_command_line: Vec::new(),
             effective: Vec::new(),
         })
     }
@@ -161,6 +163,7 @@ mod tests {
             },
             applied: Vec::new(),
             inline_accounts: false,
+            from_command_line: Vec::new(),
             effective: Vec::new(),
         });
         assert_eq!(
