@@ -208,7 +208,7 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
 
 fn serve_checked(args: &ServeArgs) -> Result<ExitCode> {
     let token = args.token_file.as_ref().map(read_token).transpose()?;
-    let shared = args.shared.shared()?;
+    let shared = args.shared.shared(args.token_file.clone())?;
     let authenticated = token.is_some() || shared.accounts_file.is_some();
     if !args.listen.ip().is_loopback() && !authenticated && !args.insecure_no_auth {
         return Err(bad_input(format!(

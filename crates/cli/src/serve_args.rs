@@ -57,11 +57,12 @@ pub struct SharedArgs {
 }
 
 impl SharedArgs {
-    /// The engine's settings for these flags (signals handled: this is `sluice serve`).
+    /// The engine's settings for these flags (signals handled: this is `sluice serve`),
+    /// with the `--token-file` a SIGHUP re-reads.
     ///
     /// # Errors
-    /// A limit of zero, or a zero handshake timeout.
-    pub fn shared(&self) -> Result<Shared> {
+    /// A limit of zero, a zero handshake timeout, a bad `--bwlimit`.
+    pub fn shared(&self, token_file: Option<PathBuf>) -> Result<Shared> {
         for (flag, v) in [
             ("--max-sessions", self.max_sessions),
             ("--max-per-address", self.max_per_address),
@@ -81,6 +82,7 @@ impl SharedArgs {
         Ok(Shared {
             accounts_file: self.accounts.clone(),
             accounts_embedded: self.loaded.as_ref().is_some_and(|l| l.inline_accounts),
+            token_file,
             on_reload,
             bwlimit: rate(self.bwlimit.as_deref())?,
             audit_log: self.audit_log.clone(),

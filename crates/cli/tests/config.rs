@@ -281,3 +281,51 @@ fn a_daemon_from_a_file_with_inline_accounts_serves_and_reloads_on_sighup() {
     assert!(b.join("bob.txt").exists());
     assert!(child.is_running());
 }
+
+#[test]
+fn sighup_rereads_the_token_file_of_a_daemon_without_accounts() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let server_token = dir.path().join("server.token");
+    std::fs::write(&server_token, "old-secret\n").unwrap();
+    let text = format!(
+        "{}root = \"{}\"\nlisten = \"127.0.0.1:0\"\ntoken-file = \"{}\"\n",
+        base(dir.path()),
+        s(&root),
+        s(&server_token)
+    );
+    let cfg = config(dir.path(), &text);
+    let log = dir.path().join("daemon.log");
+    let (child, addr) = start(&cfg, &log);
+    let src = dir.path().join("src.txt");
+    std::fs::write(&src, b"rotate\n").unwrap();
+    let push = |secret: &str, to: &str| {
+        let tok = dir.path().join("client.token");
+        std::fs::write(&tok, secret).unwrap();
+        cp(
+            &[
+                "--token-file",
+                s(&tok),
+                s(&src),
+                &format!("sluice://{addr}/{to}"),
+            ],
+            None,
+        )
+    };
+    assert_eq!(push("old-secret", "a").code, Some(0));
+    std::fs::write(&server_token, "new-secret\n").unwrap();
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGHUP) };
+    wait_for(&log, "reloaded from");
+    assert_ne!(
+        push("old-secret", "b").code,
+        Some(0),
+        "the old token is refused"
+    );
+    assert_eq!(
+        push("new-secret", "c").code,
+        Some(0),
+        "the new token is accepted"
+    );
+}

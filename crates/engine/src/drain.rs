@@ -154,7 +154,7 @@ pub fn handle_signals(
 fn reload(live: &Live) {
     let path = live
         .current()
-        .source()
+        .reload_source()
         .map_or_else(String::new, |p| p.display().to_string());
     match live.reload() {
         Ok(n) => tracing::warn!("SIGHUP: {n} accounts reloaded from {path}"),

@@ -16,6 +16,9 @@ pub struct Shared {
     /// `accounts_file` is a configuration file whose `[[account]]` tables are the
     /// accounts (`sluice serve --config` with inline accounts).
     pub accounts_embedded: bool,
+    /// The file the one account's token was read from (`--token-file`): a SIGHUP
+    /// re-reads it.
+    pub token_file: Option<std::path::PathBuf>,
     /// Where audit records are appended (`--audit-log`).
     pub audit_log: Option<std::path::PathBuf>,
     /// Limits and timeouts.
@@ -36,6 +39,7 @@ impl Default for Shared {
         Shared {
             accounts_file: None,
             accounts_embedded: false,
+            token_file: None,
             audit_log: None,
             limits: Limits::default(),
             drain_timeout: Duration::from_secs(30),
@@ -60,7 +64,7 @@ impl Shared {
             Some(path) => {
                 accounts::file::load(path).map_err(|e| EngineError::Config(e.to_string()))
             }
-            None => Ok(Accounts::single(root, token)?),
+            None => Ok(Accounts::single(root, token)?.with_token_file(self.token_file.clone())),
         }
     }
 

@@ -331,7 +331,7 @@ fn open(e: Entry, base: &Path) -> Result<Account, String> {
 }
 
 /// A token file's bytes, one trailing newline dropped (as `--token-file`).
-fn read_token_file(path: &Path) -> Result<Vec<u8>, String> {
+pub(crate) fn read_token_file(path: &Path) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let limit = sluice_wire::auth::MAX_TOKEN_BYTES as u64 + 2;
     let mut bytes = Vec::new();

@@ -136,6 +136,8 @@ pub struct Accounts {
     /// The source is a configuration file whose `[[account]]` tables are the accounts
     /// (its other keys are not the accounts loader's).
     embedded: bool,
+    /// The implicit account's `--token-file`, re-read on SIGHUP (token rotation).
+    token_file: Option<PathBuf>,
 }
 
 impl Accounts {
@@ -151,6 +153,7 @@ impl Accounts {
             list: vec![Arc::new(Account::new(name, token, root, Rights::ALL, None))],
             source: None,
             embedded: false,
+            token_file: None,
         })
     }
 
@@ -163,7 +166,40 @@ impl Accounts {
             list: list.into_iter().map(Arc::new).collect(),
             source,
             embedded: false,
+            token_file: None,
         }
+    }
+
+    /// The implicit account's token came from `file` (`--token-file`): a SIGHUP
+    /// re-reads it.
+    pub fn with_token_file(mut self, file: Option<PathBuf>) -> Accounts {
+        self.token_file = file.filter(|_| self.source.is_none() && self.auth_required());
+        self
+    }
+
+    /// What a SIGHUP re-reads: the accounts file, or the implicit account's token file.
+    pub fn reload_source(&self) -> Option<&Path> {
+        self.source.as_deref().or(self.token_file.as_deref())
+    }
+
+    /// The implicit account with the token now in its token file (same root, rights).
+    fn with_fresh_token(&self, file: &Path) -> Result<Accounts, String> {
+        let bytes = file::read_token_file(file)?;
+        let token = Token::new(bytes).map_err(|t| format!("token file {}: {t}", file.display()))?;
+        let old = self.list.first().ok_or("no account")?;
+        let account = Account::new(
+            old.name.clone(),
+            Some(token),
+            Arc::clone(&old.root),
+            old.rights,
+            None,
+        );
+        Ok(Accounts {
+            list: vec![Arc::new(account)],
+            source: None,
+            embedded: false,
+            token_file: Some(file.to_path_buf()),
+        })
     }
 
     /// These accounts are the `[[account]]` tables of a configuration file.
@@ -250,10 +286,22 @@ impl Live {
     /// # Errors
     /// There is no file to re-read, or it does not load.
     pub fn reload(&self) -> Result<usize, String> {
-        let Some(path) = self.current().source().map(Path::to_path_buf) else {
+        let current = self.current();
+        let fresh = match (current.source(), &current.token_file) {
+            (None, Some(token_file)) => Some(current.with_fresh_token(token_file)?),
+            _ => None,
+        };
+        if let Some(fresh) = fresh {
+            *self
+                .0
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(fresh);
+            return Ok(1);
+        }
+        let Some(path) = current.source().map(Path::to_path_buf) else {
             return Err("no --accounts file to re-read".into());
         };
-        let fresh = if self.current().embedded {
+        let fresh = if current.embedded {
             file::load_embedded(&path)
         } else {
             file::load(&path)

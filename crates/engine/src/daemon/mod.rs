@@ -133,10 +133,8 @@ pub fn serve_shared(
     let daemon = Arc::new(Daemon::new(&listener, cfg, &shared)?);
     let listener = Arc::new(listener);
     if shared.signals {
-        let live = shared
-            .accounts_file
-            .as_ref()
-            .map(|_| Arc::clone(&daemon.accounts));
+        let reloadable = daemon.accounts.current().reload_source().is_some();
+        let live = reloadable.then(|| Arc::clone(&daemon.accounts));
         crate::drain::handle_signals(
             Arc::clone(&listener),
             live,
