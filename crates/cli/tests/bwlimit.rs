@@ -55,6 +55,23 @@ fn a_20m_limit_makes_a_50_mb_push_last_about_2_5_s() {
 }
 
 #[test]
+fn a_limited_pull_is_paced_where_the_client_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    file(&root.join("20mb"), 20_000_000);
+    let d = Daemon::start(&root);
+    let to = dir.path().join("got");
+    let secs = seconds(&cp(
+        &["--json", "--bwlimit", "10M", &d.url("20mb"), s(&to)],
+        None,
+    ));
+    eprintln!("20 MB pulled at --bwlimit 10M: {secs:.2} s");
+    assert!(secs > 1.6, "{secs} s: the pull was not paced");
+    assert_eq!(std::fs::metadata(&to).unwrap().len(), 20_000_000);
+}
+
+#[test]
 fn two_clients_share_a_limited_daemon_fairly() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
