@@ -30,6 +30,7 @@ pub mod error;
 mod fault;
 pub mod fs;
 pub mod guard;
+pub mod monitor;
 pub mod net;
 pub mod oneshot;
 pub mod options;

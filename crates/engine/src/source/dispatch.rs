@@ -4,6 +4,7 @@
 
 use crate::codec::{CodecPlan, Compressor, SharedAuto};
 use crate::error::EngineError;
+use crate::monitor::{Stage, StageClock, Time};
 use crate::pipeline::Stages;
 use crate::runtime::{queue_for, Queues, Runtime};
 use crate::stats::Stats;
@@ -130,6 +131,8 @@ impl Outlets {
                 .cloned()
                 .unwrap_or_else(|| self.conns.all.clone()),
             rr: k as usize,
+            clock: self.stats.clock(channel),
+            home: Stage::Read,
             stats: Arc::clone(&self.stats),
         }
     }
@@ -149,12 +152,15 @@ fn send_queued(
     stats: &Stats,
     abort: &AtomicBool,
 ) -> Result<(), EngineError> {
+    let mut clock = stats.clock(channel);
     while let Ok(out) = rx.recv() {
+        clock.lap(Stage::Send, Time::Idle);
         if abort.load(Ordering::Relaxed) {
             break;
         }
         let mut c = conn.lock().unwrap_or_else(PoisonError::into_inner);
         c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
+        clock.worked(Stage::Send, u64::from(out.header.wire_len));
         stats.add_wire(channel, u64::from(out.header.wire_len));
     }
     Ok(())
@@ -186,11 +192,12 @@ pub(super) fn start_compress_stage(
             .entry(channel)
             .or_insert_with(|| bounded(2 * threads as usize))
             .clone();
-        let mut dispatch = outlets.dispatch(channel, c);
+        let mut dispatch = outlets.dispatch(channel, c).homed(Stage::Compress);
         let (abort, auto) = (Arc::clone(abort), Arc::clone(auto));
         stages.spawn(runtime, Role::Compress, c, move || {
             let mut compressor = Compressor::sharing(mode, &auto);
             while let Ok(out) = rx.recv() {
+                dispatch.clock.lap(Stage::Compress, Time::Idle);
                 if abort.load(Ordering::Relaxed) || dispatch.ship(out, &mut compressor)?.is_none() {
                     break;
                 }
@@ -212,10 +219,21 @@ pub(super) struct Dispatch {
     own: Vec<Arc<Conn>>,
     /// Round-robin start over `own`.
     rr: usize,
+    /// The thread's stage clock (its stages' time and chunks).
+    pub(super) clock: StageClock,
+    /// The stage of the thread holding it (read, or compress): where the time it waits
+    /// for the senders' queue counts.
+    home: Stage,
     stats: Arc<Stats>,
 }
 
 impl Dispatch {
+    /// This dispatch for a thread of stage `home`.
+    fn homed(mut self, home: Stage) -> Dispatch {
+        self.home = home;
+        self
+    }
+
     /// Compresses (when on) and sends or queues one chunk. Gives back the chunk's
     /// segment list for reuse when it sent it itself (empty when queued); `Ok(None)`: the
     /// senders are gone (the session is ending).
@@ -226,6 +244,8 @@ impl Dispatch {
     ) -> Result<Option<Vec<Segment>>, EngineError> {
         if !compressor.is_off() {
             compress(&mut out, compressor);
+            self.clock
+                .worked(Stage::Compress, u64::from(out.header.raw_len));
         }
         let filled = out.slot.filled();
         crate::fault::corrupt_if_chosen(&mut out.slot[..filled]);
@@ -240,6 +260,7 @@ impl Dispatch {
                 if q.send(out).is_err() {
                     return Ok(None);
                 }
+                self.clock.lap(self.home, Time::Blocked);
                 compressor.record_sent(key, payload, handing.elapsed());
                 Ok(Some(Vec::new()))
             }
@@ -258,6 +279,7 @@ impl Dispatch {
         let mut sent = false;
         for k in 0..n {
             if let Ok(mut c) = self.own[(self.rr + k) % n].try_lock() {
+                self.clock.lap(self.home, Time::Blocked);
                 c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
                 sent = true;
                 break;
@@ -267,9 +289,12 @@ impl Dispatch {
             let mut c = self.own[self.rr % n]
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
+            self.clock.lap(self.home, Time::Blocked);
             c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
         }
         self.rr = self.rr.wrapping_add(1);
+        self.clock
+            .worked(Stage::Send, u64::from(out.header.wire_len));
         self.stats
             .add_wire(self.channel, u64::from(out.header.wire_len));
         out.segments.clear();
