@@ -12,6 +12,7 @@ mod cp_cmd;
 mod demo_cmd;
 mod exit;
 mod gen_cmd;
+mod metrics_args;
 mod output;
 mod plan_cmd;
 mod remote;

@@ -148,10 +148,25 @@ fn answer(req: &Request<Incoming>, token: Option<&BearerToken>) -> Response<Full
             return r;
         }
     }
-    let mut r = Response::new(Full::new(Bytes::from(super::prom::render())));
+    // OpenMetrics to a scraper that asks for it (Prometheus does), the classic text
+    // format to anything else.
+    let openmetrics = req.headers().get(hyper::header::ACCEPT).is_some_and(|a| {
+        a.as_bytes()
+            .windows(19)
+            .any(|w| w == b"application/openmet")
+    });
+    let (body, kind) = if openmetrics {
+        (super::prom::render(), super::prom::CONTENT_TYPE)
+    } else {
+        (
+            super::prom::render_classic(),
+            super::prom::CLASSIC_CONTENT_TYPE,
+        )
+    };
+    let mut r = Response::new(Full::new(Bytes::from(body)));
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(super::prom::CONTENT_TYPE),
+        hyper::header::HeaderValue::from_static(kind),
     );
     r
 }

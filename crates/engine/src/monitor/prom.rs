@@ -17,6 +17,9 @@ type Labels = Vec<(&'static str, String)>;
 /// The media type of [`render`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// The media type of [`render_classic`]'s text.
+pub const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
 #[derive(Debug)]
 struct Collector;
 
@@ -40,6 +43,44 @@ pub fn render() -> String {
     let mut out = String::new();
     if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
         out = "# EOF\n".into();
+    }
+    out
+}
+
+/// The same metrics in Prometheus' classic text format (0.0.4), for scrapers and
+/// tools that do not ask for OpenMetrics (`promtool check metrics`, curl): a counter's
+/// `HELP` and `TYPE` name its `_total` samples, and there is no `# EOF`.
+pub fn render_classic() -> String {
+    classic(&render())
+}
+
+/// [`render_classic`]'s rewrite of an OpenMetrics text.
+pub fn classic(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let suffix = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("{prefix}{name}{suffix} {tail}"));
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
     }
     out
 }
@@ -371,5 +412,14 @@ mod tests {
             assert!(text.contains(name), "{name} missing from:\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn the_classic_text_names_counters_by_their_samples() {
+        let om = "# HELP a_bytes Bytes.\n# TYPE a_bytes counter\na_bytes_total 3\n# HELP g A gauge.\n# TYPE g gauge\ng 1\n# EOF\n";
+        assert_eq!(
+            classic(om),
+            "# HELP a_bytes_total Bytes.\n# TYPE a_bytes_total counter\na_bytes_total 3\n# HELP g A gauge.\n# TYPE g gauge\ng 1\n"
+        );
     }
 }

@@ -298,6 +298,12 @@ mod tests {
         drop(other);
         assert_eq!(c.total(Stage::Read).bytes, 150);
         assert!(c.wall_ns() >= 2_000_000);
-        assert!(global().stages().figures(Stage::Read, 3).bytes >= 150);
+        assert!(
+            super::super::global()
+                .stages()
+                .figures(Stage::Read, 3)
+                .bytes
+                >= 150
+        );
     }
 }
