@@ -9,6 +9,10 @@ use std::time::Instant;
 /// Channels counted apart; a channel id at or beyond it shares cell `id % MAX_CHANNELS`.
 pub const MAX_CHANNELS: usize = 32;
 
+/// [`MAX_CHANNELS`] as a channel id.
+const MAX_CHANNEL_IDS: u32 = 32;
+const _: () = assert!(MAX_CHANNEL_IDS as usize == MAX_CHANNELS);
+
 /// A stage of the data path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -129,6 +133,8 @@ pub struct StageCounters {
     used: AtomicU64,
     /// When the first clock started (the data phase's start).
     opened: OnceLock<Instant>,
+    /// Nanoseconds from `opened` to the end of the last busy lap (0: none yet).
+    last_busy_ns: AtomicU64,
 }
 
 impl Default for StageCounters {
@@ -147,6 +153,7 @@ impl StageCounters {
             cells,
             used: AtomicU64::new(0),
             opened: OnceLock::new(),
+            last_busy_ns: AtomicU64::new(0),
         }
     }
 
@@ -158,12 +165,13 @@ impl StageCounters {
         &self.cells[stage as usize * MAX_CHANNELS + Self::slot(channel)]
     }
 
-    /// Nanoseconds since the first clock started (0 before).
+    /// Nanoseconds the stages worked: from the first clock's start to the end of the
+    /// last busy lap (0 before any). What a session does after its stages last worked
+    /// (the peer writing the tail, the last acks) is not in it.
     pub fn wall_ns(&self) -> u64 {
-        self.opened.get().map_or(0, |t| {
-            u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
-        })
+        self.last_busy_ns.load(Ordering::Relaxed)
     }
+
 
     fn mark_used(&self, channel: u32) {
         self.opened.get_or_init(Instant::now);
@@ -181,7 +189,7 @@ impl StageCounters {
     /// The channel cells used so far (their ids modulo [`MAX_CHANNELS`]).
     pub fn channels(&self) -> impl Iterator<Item = u32> {
         let used = self.used.load(Ordering::Relaxed);
-        (0..MAX_CHANNELS as u32).filter(move |c| used & (1 << c) != 0)
+        (0..MAX_CHANNEL_IDS).filter(move |c| used & (1 << c) != 0)
     }
 
     /// `stage` summed over every channel.
@@ -208,6 +216,8 @@ pub struct StageClock {
     channel: u32,
     /// The stage the thread runs first (where [`Self::blocked`] counts).
     home: Stage,
+    /// The session's data phase start (its counters' `opened`).
+    opened: Instant,
     mark: Instant,
     /// Stages this thread has counted itself in (bits of [`Stage::bit`]).
     seen: u8,
@@ -218,11 +228,13 @@ impl StageClock {
     pub fn new(session: &Arc<StageCounters>, channel: u32) -> StageClock {
         session.mark_used(channel);
         super::global().stages.mark_used(channel);
+        let now = Instant::now();
         StageClock {
+            opened: *session.opened.get_or_init(|| now),
             session: Arc::clone(session),
             channel,
             home: Stage::Read,
-            mark: Instant::now(),
+            mark: now,
             seen: 0,
         }
     }
@@ -248,6 +260,10 @@ impl StageClock {
         if time == Time::Skip {
             return;
         }
+        if time == Time::Busy {
+            let at = u64::try_from(now.duration_since(self.opened).as_nanos()).unwrap_or(u64::MAX);
+            self.session.last_busy_ns.fetch_max(at, Ordering::Relaxed);
+        }
         let first = self.seen & stage.bit() == 0;
         self.seen |= stage.bit();
         for counters in [&*self.session, &super::global().stages] {
@@ -269,6 +285,7 @@ impl StageClock {
     }
 
     /// [`Self::lap`] as busy, and one chunk of `bytes`.
+    #[inline]
     pub fn worked(&mut self, stage: Stage, bytes: u64) {
         self.lap(stage, Time::Busy);
         self.chunk(stage, bytes);
@@ -294,10 +311,13 @@ mod tests {
         assert!(r.idle_ns >= 2_000_000, "{r:?}");
         assert_eq!(c.figures(Stage::Send, 3), CellFigures::default());
         assert_eq!(c.channels().collect::<Vec<_>>(), [3]);
-        let other = StageClock::new(&c, 3 + MAX_CHANNELS as u32);
+        let other = StageClock::new(&c, 3 + MAX_CHANNEL_IDS);
         drop(other);
         assert_eq!(c.total(Stage::Read).bytes, 150);
-        assert!(c.wall_ns() >= 2_000_000);
+        assert!(
+            c.wall_ns() >= 2_000_000,
+            "the first busy lap ended after the sleep"
+        );
         assert!(
             super::super::global()
                 .stages()
