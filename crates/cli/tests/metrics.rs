@@ -4,6 +4,8 @@
 //! endpoint's bad input; the summary's bottleneck on a rate-limited link (network) and
 //! with zstd on a fast path (the compress stage).
 
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
