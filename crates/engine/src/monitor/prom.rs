@@ -415,6 +415,28 @@ mod tests {
     }
 
     #[test]
+    fn the_grafana_dashboard_charts_only_metrics_that_exist() {
+        let dashboard: serde_json::Value =
+            serde_json::from_str(include_str!("../../../../docs/grafana/sluice.json")).unwrap();
+        let text = render_classic();
+        let mut seen = 0;
+        for panel in dashboard["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().unwrap() {
+                let expr = target["expr"].as_str().unwrap();
+                for (at, _) in expr.match_indices("sluice_") {
+                    let name: String = expr[at..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    assert!(text.contains(&format!("# TYPE {name} ")), "{name} is not exported");
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen > 10);
+    }
+
+    #[test]
     fn the_classic_text_names_counters_by_their_samples() {
         let om = "# HELP a_bytes Bytes.\n# TYPE a_bytes counter\na_bytes_total 3\n# HELP g A gauge.\n# TYPE g gauge\ng 1\n# EOF\n";
         assert_eq!(
