@@ -31,7 +31,7 @@ pub struct Bottleneck {
     /// `disk read`, `disk write`, `network`, `cpu`, `peer` or `none`.
     pub resource: &'static str,
     /// The stage that names it (`read`, `compress`, `send`, `recv`, `decompress`,
-    /// `write`); absent for `none`.
+    /// `verify`, `write`); absent for `none`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stage: Option<Stage>,
     /// The share of the time the resource bound the transfer (0-1).
@@ -101,7 +101,7 @@ pub fn resource_of(stage: Stage) -> &'static str {
         Stage::Read => "disk read",
         Stage::Write => "disk write",
         Stage::Send | Stage::Recv => "network",
-        Stage::Compress | Stage::Decompress => "cpu",
+        Stage::Compress | Stage::Decompress | Stage::Verify => "cpu",
     }
 }
 

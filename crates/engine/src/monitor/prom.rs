@@ -428,7 +428,10 @@ mod tests {
                         .chars()
                         .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                         .collect();
-                    assert!(text.contains(&format!("# TYPE {name} ")), "{name} is not exported");
+                    assert!(
+                        text.contains(&format!("# TYPE {name} ")),
+                        "{name} is not exported"
+                    );
                     seen += 1;
                 }
             }

@@ -25,20 +25,23 @@ pub enum Stage {
     Send,
     /// Reading chunks off the data connections (sink).
     Recv,
-    /// Decompressing and verifying chunks (sink).
+    /// Decompressing chunks (sink).
     Decompress,
+    /// Verifying chunks' checksums (sink).
+    Verify,
     /// Writing files (sink).
     Write,
 }
 
 impl Stage {
     /// Every stage, in data-path order.
-    pub const ALL: [Stage; 6] = [
+    pub const ALL: [Stage; 7] = [
         Stage::Read,
         Stage::Compress,
         Stage::Send,
         Stage::Recv,
         Stage::Decompress,
+        Stage::Verify,
         Stage::Write,
     ];
 
@@ -50,6 +53,7 @@ impl Stage {
             Stage::Send => "send",
             Stage::Recv => "recv",
             Stage::Decompress => "decompress",
+            Stage::Verify => "verify",
             Stage::Write => "write",
         }
     }
@@ -171,7 +175,6 @@ impl StageCounters {
     pub fn wall_ns(&self) -> u64 {
         self.last_busy_ns.load(Ordering::Relaxed)
     }
-
 
     fn mark_used(&self, channel: u32) {
         self.opened.get_or_init(Instant::now);

@@ -195,10 +195,11 @@ pub(super) fn accept_chunk(
             nack(shared, &header, segments);
             return true;
         }
+        clock.worked(Stage::Decompress, header.raw_len.into());
         slot.set_filled(raw);
     }
     let verified = header.verify(slot.filled_bytes());
-    clock.worked(Stage::Decompress, u64::from(header.raw_len));
+    clock.worked(Stage::Verify, u64::from(header.raw_len));
     if !verified {
         nack(shared, &header, segments);
         return true;
