@@ -193,6 +193,8 @@ fn channels(p: &Pair) -> Vec<ChannelView> {
 
 /// The engine's attribution over the interval: each stage's threads are those its
 /// accounted time shows (at least one).
+// Non-negative rates times an interval of seconds: `as` saturates, nothing wraps.
+#[allow(clippy::cast_possible_truncation)]
 fn bottleneck(channels: &[ChannelView], dt: f64) -> Bottleneck {
     let mut by_stage: BTreeMap<Stage, CellFigures> = BTreeMap::new();
     for s in channels.iter().flat_map(|c| c.stages.iter()) {
