@@ -248,3 +248,60 @@ fn nodes(p: &Pair) -> Vec<NodeView> {
     }
     out.into_values().collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::scrape::parse;
+    use super::*;
+
+    #[test]
+    fn two_scrapes_give_rates_loads_and_the_bottleneck() {
+        let before = parse(concat!(
+            "sluice_payload_bytes_total 0\n",
+            "sluice_stage_busy_seconds_total{stage=\"send\",channel=\"0\"} 1\n",
+            "sluice_stage_bytes_total{stage=\"send\",channel=\"0\"} 0\n",
+            "sluice_stage_busy_seconds_total{stage=\"read\",channel=\"0\"} 0\n",
+            "sluice_stage_idle_seconds_total{stage=\"read\",channel=\"0\"} 0\n",
+            "sluice_node_cpu_seconds_total{node=\"0\",cpu=\"1\",mode=\"user\"} 10\n",
+            "sluice_node_cpu_seconds_total{node=\"0\",cpu=\"1\",mode=\"idle\"} 10\n",
+        ));
+        let after = parse(concat!(
+            "sluice_payload_bytes_total 4194304\n",
+            "sluice_sessions_active 1\n",
+            "sluice_stage_busy_seconds_total{stage=\"send\",channel=\"0\"} 2.9\n",
+            "sluice_stage_bytes_total{stage=\"send\",channel=\"0\"} 4194304\n",
+            "sluice_stage_busy_seconds_total{stage=\"read\",channel=\"0\"} 0.2\n",
+            "sluice_stage_idle_seconds_total{stage=\"read\",channel=\"0\"} 1.6\n",
+            "sluice_pool_slots{channel=\"0\",node=\"none\"} 64\n",
+            "sluice_pool_slots_in_use{channel=\"0\",node=\"none\"} 12\n",
+            "sluice_node_cpu_seconds_total{node=\"0\",cpu=\"1\",mode=\"user\"} 11.5\n",
+            "sluice_node_cpu_seconds_total{node=\"0\",cpu=\"1\",mode=\"idle\"} 10.5\n",
+            "sluice_node_memory_bytes{node=\"0\"} 1000\n",
+            "sluice_node_memory_free_bytes{node=\"0\"} 250\n",
+        ));
+        let f = Frame::between(&before, after, 2.0);
+        assert!((f.rates.0 - 2_097_152.0).abs() < 1e-6);
+        assert!((f.sessions - 1.0).abs() < 1e-9);
+        let ch = &f.channels[0];
+        assert_eq!(ch.slots, (64.0, 12.0));
+        assert_eq!(ch.stages[0].stage, Stage::Read);
+        assert!((ch.stages[1].busy - 0.95).abs() < 1e-9);
+        assert_eq!(
+            (f.bottleneck.resource, f.bottleneck.stage),
+            ("network", Some(Stage::Send))
+        );
+        let n = &f.nodes[0];
+        assert_eq!(n.memory, (250.0, 1000.0));
+        assert_eq!(n.cpus.len(), 1);
+        assert!((n.cpus[0].1 - 0.75).abs() < 1e-9, "{:?}", n.cpus);
+        let text = super::super::view::lines(&f, "x:1", 2.0).join("\n");
+        assert!(
+            text.contains("channel 0: 12 of 64 buffer slots in use"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bottleneck: network (send stage busy 95%"),
+            "{text}"
+        );
+    }
+}
