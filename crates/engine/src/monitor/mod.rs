@@ -9,6 +9,7 @@
 //! * [`http`]: `GET /metrics` on its own thread (hyper on a current-thread tokio).
 //! * [`bottleneck`]: which resource bound a transfer, from its stage counters.
 
+pub mod adapt;
 pub mod bottleneck;
 pub mod http;
 pub mod machine;
