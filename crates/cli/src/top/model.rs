@@ -59,6 +59,8 @@ pub struct Frame {
     pub channels: Vec<ChannelView>,
     /// Every node.
     pub nodes: Vec<NodeView>,
+    /// Chunks queued in front of each stage that has a queue.
+    pub queues: Vec<(String, f64)>,
     /// Data connections: label, RTT (s), retransmits per second.
     pub connections: Vec<(String, f64, f64)>,
     /// NICs: name (node), received and sent bytes per second.
@@ -129,6 +131,10 @@ impl Frame {
             bottleneck: bottleneck(&channels, p.dt),
             channels,
             nodes: nodes(&p),
+            queues: p
+                .named("sluice_stage_queued_chunks")
+                .map(|s| (s.label("stage").to_string(), s.value))
+                .collect(),
             connections: p
                 .named("sluice_connection_rtt_seconds")
                 .map(|s| {
@@ -278,6 +284,7 @@ mod tests {
             "sluice_node_cpu_seconds_total{node=\"0\",cpu=\"1\",mode=\"idle\"} 10.5\n",
             "sluice_node_memory_bytes{node=\"0\"} 1000\n",
             "sluice_node_memory_free_bytes{node=\"0\"} 250\n",
+            "sluice_stage_queued_chunks{stage=\"write\"} 3\n",
         ));
         let f = Frame::between(&before, after, 2.0);
         assert!((f.rates.0 - 2_097_152.0).abs() < 1e-6);
@@ -303,5 +310,6 @@ mod tests {
             text.contains("bottleneck: network (send stage busy 95%"),
             "{text}"
         );
+        assert!(text.contains("queued chunks: write 3"), "{text}");
     }
 }

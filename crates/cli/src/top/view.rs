@@ -24,6 +24,10 @@ pub fn lines(f: &Frame, addr: &str, dt: f64) -> Vec<String> {
         f.bottleneck.line(),
         String::new(),
     ];
+    if !f.queues.is_empty() {
+        let q: Vec<String> = f.queues.iter().map(|(s, n)| format!("{s} {n}")).collect();
+        out.push(format!("queued chunks: {}", q.join(", ")));
+    }
     for c in &f.channels {
         channel(&mut out, c);
     }

@@ -182,6 +182,17 @@ fn stages(e: &mut DescriptorEncoder) -> Result<(), Error> {
         "sluice_stage_threads",
         "Threads that ran a stage.",
         rows(|f| f.threads),
+    )?;
+    let queued = Stage::ALL
+        .iter()
+        .filter(|s| c.total(**s).enqueued > 0)
+        .map(|s| (vec![("stage", s.name().to_string())], c.queued(*s)))
+        .collect();
+    gauges(
+        e,
+        "sluice_stage_queued_chunks",
+        "Chunks waiting in the queues in front of a stage.",
+        queued,
     )
 }
 

@@ -87,6 +87,9 @@ pub struct Cell {
     idle_ns: AtomicU64,
     blocked_ns: AtomicU64,
     threads: AtomicU64,
+    /// Chunks put in the queue in front of the stage, and taken out of it.
+    enqueued: AtomicU64,
+    dequeued: AtomicU64,
 }
 
 /// A cell's figures read at one moment.
@@ -104,6 +107,10 @@ pub struct CellFigures {
     pub blocked_ns: u64,
     /// Threads that ran the stage.
     pub threads: u64,
+    /// Chunks put in the queue in front of the stage.
+    pub enqueued: u64,
+    /// Chunks taken out of it.
+    pub dequeued: u64,
 }
 
 impl Cell {
@@ -115,6 +122,8 @@ impl Cell {
             idle_ns: self.idle_ns.load(Ordering::Relaxed),
             blocked_ns: self.blocked_ns.load(Ordering::Relaxed),
             threads: self.threads.load(Ordering::Relaxed),
+            enqueued: self.enqueued.load(Ordering::Relaxed),
+            dequeued: self.dequeued.load(Ordering::Relaxed),
         }
     }
 
@@ -206,8 +215,17 @@ impl StageCounters {
             t.idle_ns += f.idle_ns;
             t.blocked_ns += f.blocked_ns;
             t.threads += f.threads;
+            t.enqueued += f.enqueued;
+            t.dequeued += f.dequeued;
         }
         t
+    }
+
+    /// Chunks waiting in the queues in front of `stage` now (every channel's; a chunk
+    /// may be queued by one channel's thread and taken by another's).
+    pub fn queued(&self, stage: Stage) -> u64 {
+        let t = self.total(stage);
+        t.enqueued.saturating_sub(t.dequeued)
     }
 }
 
@@ -287,6 +305,22 @@ impl StageClock {
         }
     }
 
+    /// A chunk was put in the queue in front of `stage`.
+    pub fn enqueued(&self, stage: Stage) {
+        for counters in [&*self.session, &super::global().stages] {
+            let cell = counters.cell(stage, self.channel);
+            cell.enqueued.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A chunk was taken out of the queue in front of `stage`.
+    pub fn dequeued(&self, stage: Stage) {
+        for counters in [&*self.session, &super::global().stages] {
+            let cell = counters.cell(stage, self.channel);
+            cell.dequeued.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// [`Self::lap`] as busy, and one chunk of `bytes`.
     #[inline]
     pub fn worked(&mut self, stage: Stage, bytes: u64) {
@@ -309,6 +343,11 @@ mod tests {
         clock.worked(Stage::Read, 50);
         clock.blocked();
         clock.lap(Stage::Send, Time::Skip);
+        clock.enqueued(Stage::Write);
+        clock.enqueued(Stage::Write);
+        clock.dequeued(Stage::Write);
+        assert_eq!(c.queued(Stage::Write), 1);
+        assert_eq!(c.queued(Stage::Send), 0);
         let r = c.figures(Stage::Read, 3);
         assert_eq!((r.bytes, r.chunks, r.threads), (150, 2, 1));
         assert!(r.idle_ns >= 2_000_000, "{r:?}");

@@ -61,6 +61,7 @@ pub(super) fn spawn_decompressors(
             let mut decompressor = Decompressor::new();
             let mut clock = shared.stats.clock(channel).homed(Stage::Decompress);
             while let Ok(inc) = rx.recv() {
+                clock.dequeued(Stage::Decompress);
                 clock.lap(Stage::Decompress, Time::Idle);
                 let chunk = (inc.header, &inc.segments[..], inc.slot);
                 let to = to_writer.as_ref();
@@ -147,6 +148,7 @@ fn receive(
             {
                 return Ok(());
             }
+            clock.enqueued(Stage::Decompress);
             clock.blocked();
             continue;
         }
@@ -215,6 +217,7 @@ pub(super) fn accept_chunk(
                     slot,
                 })
                 .is_ok();
+            clock.enqueued(Stage::Write);
             clock.blocked();
             sent
         }

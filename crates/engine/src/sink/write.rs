@@ -40,6 +40,7 @@ pub(super) fn spawn_writers(
         stages.spawn(runtime, Role::IoWrite, w, move || {
             let mut clock = shared.stats.clock(channel).homed(Stage::Write);
             while let Ok(inc) = rx.recv() {
+                clock.dequeued(Stage::Write);
                 clock.lap(Stage::Write, Time::Idle);
                 write_chunk(&shared, &inc.header, &inc.segments, inc.slot);
                 clock.worked(Stage::Write, u64::from(inc.header.raw_len));

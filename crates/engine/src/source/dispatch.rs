@@ -154,6 +154,7 @@ fn send_queued(
 ) -> Result<(), EngineError> {
     let mut clock = stats.clock(channel);
     while let Ok(out) = rx.recv() {
+        clock.dequeued(Stage::Send);
         clock.lap(Stage::Send, Time::Idle);
         if abort.load(Ordering::Relaxed) {
             break;
@@ -197,6 +198,7 @@ pub(super) fn start_compress_stage(
         stages.spawn(runtime, Role::Compress, c, move || {
             let mut compressor = Compressor::sharing(mode, &auto);
             while let Ok(out) = rx.recv() {
+                dispatch.clock.dequeued(Stage::Compress);
                 dispatch.clock.lap(Stage::Compress, Time::Idle);
                 if abort.load(Ordering::Relaxed) || dispatch.ship(out, &mut compressor)?.is_none() {
                     break;
@@ -260,6 +262,7 @@ impl Dispatch {
                 if q.send(out).is_err() {
                     return Ok(None);
                 }
+                self.clock.enqueued(Stage::Send);
                 self.clock.lap(self.home, Time::Blocked);
                 compressor.record_sent(key, payload, handing.elapsed());
                 Ok(Some(Vec::new()))

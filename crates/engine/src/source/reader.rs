@@ -266,6 +266,7 @@ impl Reader {
         match stage {
             Some(q) => {
                 let sent = q.send(out).is_ok();
+                dispatch.clock.enqueued(Stage::Compress);
                 dispatch.clock.lap(Stage::Read, Time::Blocked);
                 Ok(sent)
             }
