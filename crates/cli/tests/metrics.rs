@@ -454,3 +454,32 @@ fn a_rate_limited_link_is_named_the_bottleneck() {
     assert!(b["share"].as_f64().unwrap() > 0.5, "{b}");
     serve.kill();
 }
+
+#[test]
+fn a_copy_serves_its_own_metrics_while_it_runs() {
+    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let d = Daemon::start(dst.path());
+    let file = src.path().join("f.bin");
+    write_file(&file, 4 << 20, 11);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let out = cp(
+        &[
+            "--json",
+            "--metrics",
+            &metrics,
+            file.to_str().unwrap(),
+            &d.url("f.bin"),
+        ],
+        None,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(&format!("sluice: metrics on http://{metrics}/metrics")),
+        "{}",
+        out.stderr
+    );
+    let s = summary(&out.stdout);
+    assert_eq!(s["bytes"], 4 << 20);
+    assert_eq!(s["bottleneck"]["stages"]["read"]["bytes"], 4 << 20, "{s}");
+}

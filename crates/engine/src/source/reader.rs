@@ -221,7 +221,9 @@ impl Reader {
             match result {
                 Ok(()) if going => {
                     let header = chunk_header(file, *offset, &p.slot);
-                    dispatch.clock.worked(Stage::Read, u64::from(header.raw_len));
+                    dispatch
+                        .clock
+                        .worked(Stage::Read, u64::from(header.raw_len));
                     r.segments.clear();
                     going = self.ship(r, dispatch, header, p.slot)?;
                 }
