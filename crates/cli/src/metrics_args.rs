@@ -45,6 +45,11 @@ impl MetricsArgs {
         let bound = http::spawn(listener, token)
             .map_err(|e| anyhow::anyhow!("starting the metrics endpoint on {addr}: {e}"))?;
         crate::output::stderr_line(&format!("sluice: metrics on http://{bound}/metrics"));
+        if !addr.ip().is_loopback() {
+            tracing::warn!(
+                "the metrics endpoint on {bound} is plain HTTP: its bearer token and metrics cross the network unencrypted (use a management network, or a TLS proxy)"
+            );
+        }
         Ok(Some(bound))
     }
 }
