@@ -101,6 +101,8 @@ pub struct CpArgs {
     pub ssh: crate::ssh::SshArgs,
     #[command(flatten)]
     pub tls: ClientTlsArgs,
+    #[command(flatten)]
+    pub metrics: crate::metrics_args::MetricsArgs,
 }
 
 /// Arguments of `sluice serve`.
@@ -134,6 +136,8 @@ pub struct ServeArgs {
     pub shared: crate::serve_args::SharedArgs,
     #[command(flatten)]
     pub tls: ServerTlsArgs,
+    #[command(flatten)]
+    pub metrics: crate::metrics_args::MetricsArgs,
 }
 
 /// Reads a shared secret from a file (one trailing newline ignored).
@@ -209,6 +213,7 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
 fn serve_checked(args: &ServeArgs) -> Result<ExitCode> {
     let token = args.token_file.as_ref().map(read_token).transpose()?;
     let shared = args.shared.shared(args.token_file.clone())?;
+    args.metrics.checked()?;
     let authenticated = token.is_some() || shared.accounts_file.is_some();
     if !args.listen.ip().is_loopback() && !authenticated && !args.insecure_no_auth {
         return Err(bad_input(format!(
@@ -240,6 +245,7 @@ fn serve_checked(args: &ServeArgs) -> Result<ExitCode> {
     if args.shared.check {
         return crate::serve_args::check(args, &job);
     }
+    args.metrics.start()?;
     let tls = args.tls.server_tls(args.listen)?;
     let machine = load_machine(&args.topology)?;
     let runtime = runtime_on(&machine, &job, &args.topology, Side::Both)?;
@@ -343,6 +349,7 @@ impl CpArgs {
 /// Runs `sluice cp`.
 pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
     let mut cfg = args.copy_config()?;
+    args.metrics.start()?;
     // `[user@]host:path`: a far side started over ssh, logging in while this side plans.
     let far_job = crate::ssh::far_job(&args.job);
     let starting = crate::ssh::begin(&cfg, &args.ssh, args.token_file.is_some(), &far_job)?;
@@ -436,6 +443,7 @@ fn print_summary(s: &sluice_engine::Summary) {
         s.pipeline,
         s.plan.policy
     ) + "\n"));
+    let _ = crate::output::stdout(&(s.bottleneck.line() + "\n"));
     if let Some(n) = &s.network {
         let _ = crate::output::stdout(
             &(format!(

@@ -14,6 +14,7 @@ mod demo_cmd;
 mod exit;
 mod gen_cmd;
 mod logging;
+mod metrics_args;
 mod output;
 mod plan_cmd;
 mod remote;
@@ -23,6 +24,7 @@ mod ssh;
 mod stream_cmd;
 mod svg;
 mod tls_args;
+mod top;
 mod topo_cmd;
 
 use clap::{Parser, Subcommand};
@@ -61,6 +63,8 @@ enum Command {
     Gen(gen_cmd::GenArgs),
     /// Send or receive a live byte stream, in order (a detector's output).
     Stream(stream_cmd::StreamArgs),
+    /// A live view of a running daemon or client, read from its `--metrics` endpoint.
+    Top(top::TopArgs),
     /// The far side of `sluice cp [user@]host:path`, started over ssh: one session.
     #[command(hide = true)]
     Oneshot(remote_end::OneShotArgs),
@@ -80,6 +84,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(args) => demo_cmd::run(args),
         Command::Gen(args) => gen_cmd::run(args),
         Command::Stream(args) => stream_cmd::run(args),
+        Command::Top(args) => top::run(args),
         Command::Oneshot(args) => remote_end::run(args),
     };
     match result {

@@ -31,6 +31,7 @@ pub mod error;
 mod fault;
 pub mod fs;
 pub mod guard;
+pub mod monitor;
 pub mod net;
 pub mod notify;
 pub mod oneshot;
