@@ -8,10 +8,12 @@
 // (`zstd[:LEVEL]`), not as rustdoc links.
 #![allow(rustdoc::broken_intra_doc_links)]
 
+mod completions;
 mod cp_cmd;
 mod demo_cmd;
 mod exit;
 mod gen_cmd;
+mod man;
 mod output;
 mod plan_cmd;
 mod remote;
@@ -23,7 +25,7 @@ mod svg;
 mod tls_args;
 mod topo_cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// A NUMA-aware bulk data mover for data-transfer nodes.
 #[derive(Debug, Parser)]
@@ -57,6 +59,11 @@ enum Command {
     /// The far side of `sluice cp [user@]host:path`, started over ssh: one session.
     #[command(hide = true)]
     Oneshot(remote_end::OneShotArgs),
+    /// Print the shell completion script for bash, zsh or fish.
+    Completions(completions::CompletionsArgs),
+    /// Write the man pages (sluice.1, sluice-SUB.1) into a directory (packaging).
+    #[command(hide = true)]
+    Man(man::ManArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -71,6 +78,8 @@ fn main() -> std::process::ExitCode {
         Command::Gen(args) => gen_cmd::run(args),
         Command::Stream(args) => stream_cmd::run(args),
         Command::Oneshot(args) => remote_end::run(args),
+        Command::Completions(args) => completions::run(args, Cli::command()),
+        Command::Man(args) => man::run(args, Cli::command()),
     };
     match result {
         Ok(code) => code.into(),
@@ -98,7 +107,6 @@ fn init_logging(filter: &str) {
 mod tests {
     use super::*;
     use crate::exit::ExitCode;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {
