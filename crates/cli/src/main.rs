@@ -11,6 +11,7 @@
 mod completions;
 mod cp_cmd;
 mod demo_cmd;
+mod doctor;
 mod exit;
 mod gen_cmd;
 mod man;
@@ -59,6 +60,9 @@ enum Command {
     /// The far side of `sluice cp [user@]host:path`, started over ssh: one session.
     #[command(hide = true)]
     Oneshot(remote_end::OneShotArgs),
+    /// Check this host as a data-transfer node: what limits it below the NIC's line rate
+    /// at an RTT, why, and the exact fix.
+    Doctor(doctor::DoctorArgs),
     /// Print the shell completion script for bash, zsh or fish.
     Completions(completions::CompletionsArgs),
     /// Write the man pages (sluice.1, sluice-SUB.1) into a directory (packaging).
@@ -78,6 +82,7 @@ fn main() -> std::process::ExitCode {
         Command::Gen(args) => gen_cmd::run(args),
         Command::Stream(args) => stream_cmd::run(args),
         Command::Oneshot(args) => remote_end::run(args),
+        Command::Doctor(args) => doctor::run(args),
         Command::Completions(args) => completions::run(args, Cli::command()),
         Command::Man(args) => man::run(args, Cli::command()),
     };
