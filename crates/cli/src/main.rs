@@ -30,7 +30,9 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 /// A NUMA-aware bulk data mover for data-transfer nodes.
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version, about, long_about = None, propagate_version = true)]
+// `about` is spelled out: the crate's description is the Debian package's, which may not
+// start with the package name.
+#[command(name = "sluice", version, about = "sluice: a NUMA-aware bulk data mover", long_about = None, propagate_version = true)]
 struct Cli {
     /// Log filter (tracing's env-filter syntax), e.g. `info` or `sluice=debug`.
     #[arg(long, global = true, env = "SLUICE_LOG", default_value = "warn")]
