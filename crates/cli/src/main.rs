@@ -9,11 +9,13 @@
 #![allow(rustdoc::broken_intra_doc_links)]
 
 mod completions;
+mod config;
 mod cp_cmd;
 mod demo_cmd;
 mod doctor;
 mod exit;
 mod gen_cmd;
+mod logging;
 mod man;
 mod output;
 mod plan_cmd;
@@ -37,6 +39,11 @@ struct Cli {
     /// Log filter (tracing's env-filter syntax), e.g. `info` or `sluice=debug`.
     #[arg(long, global = true, env = "SLUICE_LOG", default_value = "warn")]
     log: String,
+
+    /// Log lines as text (no timestamps under journald or when stderr is not a
+    /// terminal) or as JSON objects for log shippers.
+    #[arg(long, global = true, value_enum, env = "SLUICE_LOG_FORMAT", default_value_t = logging::LogFormat::Text)]
+    log_format: logging::LogFormat,
 
     #[command(subcommand)]
     command: Command,
@@ -73,8 +80,11 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    init_logging(&cli.log);
+    let cli = match parse_command_line() {
+        Ok(cli) => cli,
+        Err(err) => return fail(&err),
+    };
+    logging::init(&cli.log, cli.log_format);
     let result = match &cli.command {
         Command::Topo(args) => topo_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(args),
@@ -90,24 +100,26 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(code) => code.into(),
-        Err(err) => {
-            let code = exit::code_of(&err);
-            // One line whatever the chain holds: scripts read the first line of stderr.
-            let message = format!("{err:#}").replace('\n', " ");
-            output::stderr_line(&format!("sluice: error: {message}"));
-            code.into()
-        }
+        Err(err) => fail(&err),
     }
 }
 
-fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+/// The command line, with `serve --config FILE`'s keys merged in.
+fn parse_command_line() -> anyhow::Result<Cli> {
+    let (mut cli, loaded) = config::parse::<Cli>(std::env::args_os().collect())?;
+    if let Command::Serve(args) = &mut cli.command {
+        args.shared.loaded = loaded.map(std::sync::Arc::new);
+    }
+    Ok(cli)
+}
+
+/// Reports `err` on one line and chooses the exit code.
+fn fail(err: &anyhow::Error) -> std::process::ExitCode {
+    let code = exit::code_of(err);
+    // One line whatever the chain holds: scripts read the first line of stderr.
+    let message = format!("{err:#}").replace('\n', " ");
+    output::stderr_line(&format!("sluice: error: {message}"));
+    code.into()
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@
 mod access;
 pub mod accounts;
 pub mod audit;
+pub mod bwlimit;
 pub mod client;
 pub mod codec;
 pub mod daemon;
@@ -31,6 +32,7 @@ mod fault;
 pub mod fs;
 pub mod guard;
 pub mod net;
+pub mod notify;
 pub mod oneshot;
 pub mod options;
 pub mod pipeline;

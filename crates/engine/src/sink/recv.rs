@@ -127,6 +127,9 @@ fn receive(
         }
         conn.payload(&mut slot[..wire])?;
         slot.set_filled(wire);
+        // A limited session reads no faster than its rate: TCP's window holds the
+        // source back (`crate::bwlimit`).
+        shared.opts.pace.wait(u64::from(header.wire_len));
         shared.stats.add_wire(channel, u64::from(header.wire_len));
         if let (Some(q), true) = (&to.decompressor, header.compression() != Compression::None) {
             let segments = conn.segments().to_vec();

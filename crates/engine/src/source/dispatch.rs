@@ -2,6 +2,7 @@
 //! it on one of its channel's connections (inline, seed 003), or queued for the
 //! channel's net-send threads; and the compress stage between the readers and the wire.
 
+use crate::bwlimit::Pace;
 use crate::codec::{CodecPlan, Compressor, SharedAuto};
 use crate::error::EngineError;
 use crate::pipeline::Stages;
@@ -78,15 +79,18 @@ pub(super) struct Outlets {
     pub(super) conns: Conns,
     queues: Queues<Outgoing>,
     stats: Arc<Stats>,
+    /// The session's bandwidth limit, taken before each chunk is sent.
+    pace: Pace,
 }
 
 impl Outlets {
-    pub(super) fn new(inline: bool, conns: Conns, stats: &Arc<Stats>) -> Outlets {
+    pub(super) fn new(inline: bool, conns: Conns, stats: &Arc<Stats>, pace: &Pace) -> Outlets {
         Outlets {
             inline,
             conns,
             queues: HashMap::new(),
             stats: Arc::clone(stats),
+            pace: pace.clone(),
         }
     }
 
@@ -110,8 +114,9 @@ impl Outlets {
                 .clone();
             let conn = Arc::clone(conn);
             let (stats, abort) = (Arc::clone(&self.stats), Arc::clone(abort));
+            let pace = self.pace.clone();
             stages.spawn(runtime, Role::NetSend, i, move || {
-                send_queued(&rx, &conn, channel, &stats, &abort)
+                send_queued(&rx, &conn, channel, (&stats, &pace), &abort)
             })?;
         }
         Ok(())
@@ -131,6 +136,7 @@ impl Outlets {
                 .unwrap_or_else(|| self.conns.all.clone()),
             rr: k as usize,
             stats: Arc::clone(&self.stats),
+            pace: self.pace.clone(),
         }
     }
 
@@ -146,13 +152,14 @@ fn send_queued(
     rx: &Receiver<Outgoing>,
     conn: &Conn,
     channel: u32,
-    stats: &Stats,
+    (stats, pace): (&Stats, &Pace),
     abort: &AtomicBool,
 ) -> Result<(), EngineError> {
     while let Ok(out) = rx.recv() {
         if abort.load(Ordering::Relaxed) {
             break;
         }
+        pace.wait(u64::from(out.header.wire_len));
         let mut c = conn.lock().unwrap_or_else(PoisonError::into_inner);
         c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
         stats.add_wire(channel, u64::from(out.header.wire_len));
@@ -213,6 +220,7 @@ pub(super) struct Dispatch {
     /// Round-robin start over `own`.
     rr: usize,
     stats: Arc<Stats>,
+    pace: Pace,
 }
 
 impl Dispatch {
@@ -254,6 +262,7 @@ impl Dispatch {
     /// Sends on a free connection of this channel, or waits for one; gives the segment
     /// list back, emptied.
     fn send_inline(&mut self, mut out: Outgoing) -> Result<Vec<Segment>, EngineError> {
+        self.pace.wait(u64::from(out.header.wire_len));
         let n = self.own.len();
         let mut sent = false;
         for k in 0..n {
