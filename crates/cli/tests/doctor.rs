@@ -103,7 +103,7 @@ fn a_badly_tuned_100g_dtn_gets_every_finding_and_its_fix() {
         "memlock",
         "limit",
         "RLIMIT_MEMLOCK is 8 MiB",
-        "LimitMEMLOCK=infinity",
+        "AmbientCapabilities=CAP_IPC_LOCK",
     );
     assert_finding(
         &all,

@@ -378,3 +378,77 @@ fn push(daemon_log: &str) {
         .to_string();
     assert_eq!(owner.to_string(), uid, "the daemon writes as sluice");
 }
+
+/// The packaged /etc/sluice/sluice.toml is a valid configuration (`--check`), with its
+/// served root replaced by one that exists here (flags override the file).
+#[test]
+fn the_packaged_configuration_passes_check() {
+    let conf = workspace().join("packaging/sluice.toml");
+    let root = tempfile::tempdir().expect("tempdir");
+    let out = run_in(
+        common::BIN,
+        &[
+            "serve",
+            "--config",
+            &conf.display().to_string(),
+            "--root",
+            &root.path().display().to_string(),
+            "--check",
+        ],
+        None,
+    );
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("listen = \"127.0.0.1:7878\""),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("state-dir = \"/var/lib/sluice/state\""),
+        "{}",
+        out.stdout
+    );
+}
+
+/// The unit's exposure in `systemd-analyze security --offline=true` is at most 4.0
+/// ("OK"), checked on the source file (the installed one: the package test).
+#[test]
+fn the_unit_is_hardened() {
+    if !have("systemd-analyze") {
+        return skip("systemd-analyze is not installed (apt-get install -y systemd)");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let unit = dir.path().join("sluice.service");
+    std::fs::copy(workspace().join("packaging/sluice.service"), &unit).expect("copy");
+    let unit = unit.display().to_string();
+    let out = run_in(
+        "systemd-analyze",
+        &["security", "--offline=true", "--threshold=40", &unit],
+        None,
+    );
+    assert_eq!(
+        out.code,
+        Some(0),
+        "exposure above 4.0: {}{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(
+        out.stdout
+            .contains("Overall exposure level for sluice.service: 1.8 OK"),
+        "{}",
+        out.stdout
+    );
+    let text = std::fs::read_to_string(workspace().join("packaging/sluice.service")).expect("unit");
+    for line in [
+        "Type=notify",
+        "User=sluice",
+        "AmbientCapabilities=CAP_IPC_LOCK CAP_SYS_NICE",
+        "CapabilityBoundingSet=CAP_IPC_LOCK CAP_SYS_NICE",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ExecStart=/usr/bin/sluice serve --config /etc/sluice/sluice.toml",
+    ] {
+        assert!(text.lines().any(|l| l == line), "the unit lacks {line}");
+    }
+}

@@ -56,8 +56,8 @@ pub fn memlock(f: &Facts, t: &Target) -> Finding {
 }
 
 fn memlock_fix() -> String {
-    "run the daemon from packaging/sluice.service (LimitMEMLOCK=infinity, \
-     AmbientCapabilities=CAP_IPC_LOCK); from a shell: add `sluice - memlock unlimited` to \
+    "run the daemon from its unit (sluice.service: AmbientCapabilities=CAP_IPC_LOCK, \
+     LimitMEMLOCK at least buffer-mem); from a shell: add `sluice - memlock unlimited` to \
      /etc/security/limits.d/sluice.conf and log in again"
         .to_string()
 }
