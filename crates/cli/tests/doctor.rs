@@ -325,3 +325,73 @@ fn this_machine_is_checked_without_a_crash() {
         }
     }
 }
+
+#[test]
+fn the_daemons_config_file_sets_what_is_judged_and_flags_override_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conf = dir.path().join("sluice.toml");
+    let text = "listen = \"0.0.0.0:7878\"\nroot = \"/srv/data\"\nstreams = 8\n\
+                buffer-mem = \"16GiB\"\nnic = [\"ens1f0\"]\n";
+    std::fs::write(&conf, text).expect("write");
+    let conf = conf.display().to_string();
+    let (code, report, all) = doctor("bad", &["--config", &conf]);
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["target"]["streams"], 8);
+    assert_eq!(report["target"]["buffer_bytes"], 16u64 << 30);
+    assert_eq!(report["target"]["nics"], serde_json::json!(["ens1f0"]));
+    assert_finding(
+        &all,
+        "o_direct",
+        "advice",
+        "/srv/data is on tmpfs",
+        "root =",
+    );
+    assert_finding(
+        &all,
+        "memlock",
+        "limit",
+        "plans 16 GiB of buffers",
+        "LimitMEMLOCK",
+    );
+    assert!(
+        !all.contains_key("mtu:ens1f1"),
+        "nic = [ens1f0] checks only it"
+    );
+    let (_, report, all) = doctor("bad", &["--config", &conf, "--streams", "4", "--root", "/"]);
+    assert_eq!(report["target"]["streams"], 4);
+    assert_finding(&all, "o_direct", "ok", "/ is on ext4", "");
+}
+
+#[test]
+fn a_config_key_of_the_wrong_type_names_file_line_and_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = fixture("good");
+    for (text, message) in [
+        (
+            "root = \"/\"\nstreams = \"many\"\n",
+            ":2: streams: expected an integer",
+        ),
+        (
+            "nic = \"ens1f0\"\n",
+            ":1: nic: expected an array of strings, found a string",
+        ),
+        ("streams = [\n", ":"),
+    ] {
+        let conf = dir.path().join("sluice.toml");
+        std::fs::write(&conf, text).expect("write");
+        let conf = conf.display().to_string();
+        let out = run_in(
+            BIN,
+            &["doctor", "--sysroot", &root, "--config", &conf],
+            None,
+        );
+        assert_eq!(out.code, Some(2), "{text}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "{text}: {}", out.stdout);
+        assert!(
+            out.stderr.contains(&format!("{conf}{message}")),
+            "{text}: {}",
+            out.stderr
+        );
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    }
+}

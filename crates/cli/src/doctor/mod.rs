@@ -12,6 +12,7 @@ mod host;
 mod irq;
 mod net;
 mod report;
+mod settings;
 #[cfg(test)]
 mod tests;
 
@@ -21,6 +22,7 @@ use anyhow::Result;
 use clap::{Args, Parser};
 use facts::{Facts, NicFacts, Sysroot};
 use finding::{Finding, Status, Target};
+use settings::Daemon;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -32,19 +34,26 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "MS", default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub rtt: u64,
-    /// The data NIC to check (repeatable). Default: every NIC with a device that is up.
+    /// The data NIC to check (repeatable). Default: the config file's `nic`, else every
+    /// NIC with a device that is up.
     #[arg(long = "nic", value_name = "NAME")]
     pub nics: Vec<String>,
-    /// Data connections per transfer (as `sluice serve --streams`).
-    #[arg(long, value_name = "N", default_value_t = 2,
-          value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub streams: u32,
+    /// Data connections per transfer (as `sluice serve --streams`). [default: the config
+    /// file's `streams`, else 2]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub streams: Option<u32>,
     /// The daemon's buffer memory (as `sluice serve --buffer-mem`): a size or auto.
-    #[arg(long, value_name = "BYTES", default_value = crate::plan_cmd::DEFAULT_BUFFER_MEM)]
-    pub buffer_mem: String,
-    /// The directory the daemon serves (its file system decides O_DIRECT).
-    #[arg(long, value_name = "DIR", default_value = "/")]
-    pub root: PathBuf,
+    /// [default: the config file's `buffer-mem`, else auto]
+    #[arg(long, value_name = "BYTES")]
+    pub buffer_mem: Option<String>,
+    /// The directory the daemon serves (its file system decides O_DIRECT). [default: the
+    /// config file's `root`, else /]
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Judge the host for the daemon this configuration file describes (its `streams`,
+    /// `buffer-mem`, `root` and `nic` keys), e.g. /etc/sluice/sluice.toml.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Print one JSON object: the target, `limited` and every finding.
     #[arg(long)]
     pub json: bool,
@@ -61,10 +70,11 @@ pub fn run(args: &DoctorArgs) -> Result<ExitCode> {
             args.sysroot.display()
         )));
     }
-    let facts = facts::read(&Sysroot::new(&args.sysroot), &args.root);
-    let nics = chosen_nics(&facts, &args.nics)?;
-    let target = target(args, &nics)?;
-    let findings = diagnose(&facts, &target, &nics, &args.root.display().to_string());
+    let daemon = settings::resolve(args)?;
+    let facts = facts::read(&Sysroot::new(&args.sysroot), &daemon.root);
+    let nics = chosen_nics(&facts, &daemon.nics)?;
+    let target = target(args.rtt, &daemon, &nics)?;
+    let findings = diagnose(&facts, &target, &nics, &daemon.root.display().to_string());
     let limited = findings.iter().any(|f| f.status == Status::Limit);
     let text = if args.json {
         report::json(&target, &findings)?
@@ -119,43 +129,43 @@ fn chosen_nics<'a>(f: &'a Facts, names: &[String]) -> Result<Vec<&'a NicFacts>> 
 
 /// The transfer to check for: line rate of the fastest checked NIC, the RTT, the
 /// engine's socket buffer plan and the daemon's planned buffer memory.
-fn target(args: &DoctorArgs, nics: &[&NicFacts]) -> Result<Target> {
+fn target(rtt_ms: u64, daemon: &Daemon, nics: &[&NicFacts]) -> Result<Target> {
     let speed = nics.iter().filter_map(|n| n.speed_mbps).max();
     let link_bits = speed.map_or(sluice_engine::net::path::ASSUMED_LINK_BITS, |m| {
         m.saturating_mul(1_000_000)
     });
     let plan = sluice_engine::net::path::plan(&sluice_engine::net::path::PathFacts {
-        rtt: Duration::from_millis(args.rtt),
+        rtt: Duration::from_millis(rtt_ms),
         link_bits: Some(link_bits),
-        streams: u16::try_from(args.streams).unwrap_or(u16::MAX),
+        streams: u16::try_from(daemon.streams).unwrap_or(u16::MAX),
         cap_bytes: u64::MAX,
     });
     Ok(Target {
         nics: nics.iter().map(|n| n.name.clone()).collect(),
         link_bits,
         link_known: speed.is_some(),
-        rtt_ms: args.rtt,
+        rtt_ms,
         bdp_bytes: plan.bdp_bytes,
-        streams: args.streams,
+        streams: daemon.streams,
         socket_bytes: plan.socket_bytes,
-        buffer_bytes: daemon_buffer_bytes(args)?,
+        buffer_bytes: daemon_buffer_bytes(daemon)?,
     })
 }
 
 /// The buffer memory `sluice serve --streams N --buffer-mem X` plans, by the same code.
-fn daemon_buffer_bytes(args: &DoctorArgs) -> Result<u64> {
+fn daemon_buffer_bytes(daemon: &Daemon) -> Result<u64> {
     #[derive(Parser)]
     struct Job {
         #[command(flatten)]
         job: JobArgs,
     }
-    let streams = args.streams.to_string();
+    let streams = daemon.streams.to_string();
     let argv = [
         "doctor",
         "--streams",
         &streams,
         "--buffer-mem",
-        &args.buffer_mem,
+        &daemon.buffer_mem,
     ];
     let parsed = Job::try_parse_from(argv).map_err(|e| bad_input(e.to_string().trim()))?;
     let job = JobArgs {
