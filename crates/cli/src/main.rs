@@ -8,12 +8,15 @@
 // (`zstd[:LEVEL]`), not as rustdoc links.
 #![allow(rustdoc::broken_intra_doc_links)]
 
+mod completions;
 mod config;
 mod cp_cmd;
 mod demo_cmd;
+mod doctor;
 mod exit;
 mod gen_cmd;
 mod logging;
+mod man;
 mod metrics_args;
 mod output;
 mod plan_cmd;
@@ -27,11 +30,13 @@ mod tls_args;
 mod top;
 mod topo_cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// A NUMA-aware bulk data mover for data-transfer nodes.
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version, about, long_about = None, propagate_version = true)]
+// `about` is spelled out: the crate's description is the Debian package's, which may not
+// start with the package name.
+#[command(name = "sluice", version, about = "sluice: a NUMA-aware bulk data mover", long_about = None, propagate_version = true)]
 struct Cli {
     /// Log filter (tracing's env-filter syntax), e.g. `info` or `sluice=debug`.
     #[arg(long, global = true, env = "SLUICE_LOG", default_value = "warn")]
@@ -68,6 +73,14 @@ enum Command {
     /// The far side of `sluice cp [user@]host:path`, started over ssh: one session.
     #[command(hide = true)]
     Oneshot(remote_end::OneShotArgs),
+    /// Check this host as a data-transfer node: what limits it below the NIC's line rate
+    /// at an RTT, why, and the exact fix.
+    Doctor(doctor::DoctorArgs),
+    /// Print the shell completion script for bash, zsh or fish.
+    Completions(completions::CompletionsArgs),
+    /// Write the man pages (sluice.1, sluice-SUB.1) into a directory (packaging).
+    #[command(hide = true)]
+    Man(man::ManArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -86,6 +99,9 @@ fn main() -> std::process::ExitCode {
         Command::Stream(args) => stream_cmd::run(args),
         Command::Top(args) => top::run(args),
         Command::Oneshot(args) => remote_end::run(args),
+        Command::Doctor(args) => doctor::run(args),
+        Command::Completions(args) => completions::run(args, Cli::command()),
+        Command::Man(args) => man::run(args, Cli::command()),
     };
     match result {
         Ok(code) => code.into(),
@@ -115,7 +131,6 @@ fn fail(err: &anyhow::Error) -> std::process::ExitCode {
 mod tests {
     use super::*;
     use crate::exit::ExitCode;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {
