@@ -50,7 +50,7 @@ main() {
     head -c "$bytes" /dev/urandom >"$SHM/src/f.bin" || exit 1
     head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$SHM/token"
     wan_ns_create "${WAN_NS_PREFIX:-wan-ab}$$" || exit 1
-    echo "path,bin,rep,bytes,wall_s,sluice_s,mbit_s,retransmits,link1_bytes,link2_bytes" >"$out/raw.csv"
+    echo "path,bin,rep,bytes,wall_s,sluice_s,mbit_s,retransmits,link1_bytes,link2_bytes,cpu_client_s,cpu_daemon_s,cpu_forwarder_s,load1" >"$out/raw.csv"
     local p
     for p in "${paths[@]}"; do ab_path "$p" "$a" "$b" "$reps" "$out" "$bytes"; done
     python3 - "$out/raw.csv" <<'EOF'
@@ -61,8 +61,10 @@ for path in dict.fromkeys(r["path"] for r in rows):
         rs = [r for r in rows if r["path"] == path and r["bin"] == b and r["wall_s"]]
         if rs:
             med = lambda k: statistics.median(float(r[k]) for r in rs)
-            print(f"{path} {b}: wall {med('wall_s'):.3f} s, {med('mbit_s'):.0f} Mbit/s, "
-                  f"retransmits {med('retransmits'):.0f} (median of {len(rs)})")
+            print(f"{path} {b}: wall {med('wall_s'):.3f} s, sluice {med('sluice_s'):.3f} s, "
+                  f"{med('mbit_s'):.0f} Mbit/s, retransmits {med('retransmits'):.0f}, CPU client "
+                  f"{med('cpu_client_s'):.2f} s daemon {med('cpu_daemon_s'):.2f} s forwarder "
+                  f"{med('cpu_forwarder_s'):.2f} s, load {med('load1'):.1f} (median of {len(rs)})")
 EOF
 }
 
@@ -102,6 +104,7 @@ ab_path() {
         ip netns exec "$WAN_NS_B" "$bin" serve --root "$SHM/dst-${label,,}" --listen "0.0.0.0:$port" \
             --token-file "$SHM/token" $nics >"$5/logs/$name-daemon-$label.log" 2>&1 &
         AB_DAEMONS="$AB_DAEMONS $!"
+        eval "AB_DAEMON_$label=$!"
     done
     sleep 1
     local r order l
@@ -123,31 +126,46 @@ ab_run() {
     rm -rf "$SHM/dst-${2,,}/"*
     local l0 l1 t0 t1 json="$8/logs/$1-$2-$3.json"
     read -r l0 l1 < <(ab_link_bytes)
+    local dpid d0 d1 f0 f1
+    dpid=$(eval echo "\$AB_DAEMON_$2")
+    d0=$(ab_cpu "$dpid") f0=$(wan_cpu_s)
     t0=$(date +%s.%N)
     # shellcheck disable=SC2086
-    ip netns exec "$WAN_NS_A" "$bin" cp --json --token-file "$SHM/token" $7 "$SHM/src/f.bin" \
-        "sluice://$6:$port/" >"$json" 2>"$8/logs/$1-$2-$3.err"
+    /usr/bin/time -f "%U %S" -o "$8/logs/$1-$2-$3.time" ip netns exec "$WAN_NS_A" "$bin" cp --json \
+        --token-file "$SHM/token" $7 "$SHM/src/f.bin" "sluice://$6:$port/" >"$json" 2>"$8/logs/$1-$2-$3.err"
     local rc=$?
     t1=$(date +%s.%N)
+    d1=$(ab_cpu "$dpid") f1=$(wan_cpu_s)
+    local cpu_c cpu_d cpu_f load
+    cpu_c=$(awk '{ printf "%.2f", $1 + $2 }' "$8/logs/$1-$2-$3.time" 2>/dev/null)
+    cpu_d=$(awk -v a="$d0" -v b="$d1" 'BEGIN { printf "%.2f", b - a }')
+    cpu_f=$(awk -v a="$f0" -v b="$f1" 'BEGIN { printf "%.2f", b - a }')
+    load=$(cut -d' ' -f1 /proc/loadavg)
     local m0 m1
     read -r m0 m1 < <(ab_link_bytes)
     if [ $rc != 0 ] || ! cmp -s "$SHM/src/f.bin" "$SHM/dst-${2,,}/f.bin"; then
-        echo "$1,$2,$3,$9,,,,,," >>"$8/raw.csv"
+        echo "$1,$2,$3,$9,,,,,,,,,," >>"$8/raw.csv"
         echo "run $1 $2 $3 FAILED (rc $rc)" >&2
         return
     fi
-    python3 - "$json" "$1" "$2" "$3" "$9" "$t0" "$t1" "$((m0 - l0))" "$((m1 - l1))" >>"$8/raw.csv" <<'EOF'
+    python3 - "$json" "$1" "$2" "$3" "$9" "$t0" "$t1" "$((m0 - l0))" "$((m1 - l1))" \
+        "$cpu_c,$cpu_d,$cpu_f,$load" >>"$8/raw.csv" <<'EOF'
 import json, sys
-j, path, label, rep, size, t0, t1, b1, b2 = sys.argv[1:]
+j, path, label, rep, size, t0, t1, b1, b2, cpu = sys.argv[1:]
 d = json.load(open(j))
 d = d.get("summary", d)
 wall = float(t1) - float(t0)
 net = d.get("network") or {}
 rx = sum(c.get("retransmits", 0) for c in net.get("connections", []))
 print(f"{path},{label},{rep},{size},{wall:.3f},{d.get('seconds', 0):.3f},"
-      f"{int(size) * 8 / wall / 1e6:.0f},{rx},{b1},{b2}")
+      f"{int(size) * 8 / wall / 1e6:.0f},{rx},{b1},{b2},{cpu}")
 EOF
     tail -1 "$8/raw.csv" >&2
+}
+
+# CPU seconds (user + system) process PID has used so far.
+ab_cpu() {
+    awk '{ printf "%.2f", ($14 + $15) / 100 }' "/proc/$1/stat" 2>/dev/null || echo 0
 }
 
 ab_link_bytes() {
