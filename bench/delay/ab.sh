@@ -106,7 +106,13 @@ ab_path() {
         AB_DAEMONS="$AB_DAEMONS $!"
         eval "AB_DAEMON_$label=$!"
     done
-    sleep 1
+    local i
+    for port in 17100 17101; do
+        for ((i = 0; i < 100; i++)); do
+            ip netns exec "$WAN_NS_B" ss -ltnH "sport = :$port" | grep -q . && break
+            sleep 0.1
+        done
+    done
     local r order l
     for ((r = 1; r <= $4; r++)); do
         order="A B"
