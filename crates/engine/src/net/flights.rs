@@ -20,7 +20,7 @@ use std::time::Duration;
 /// How long both sides must be quiet before the held bytes go out as one flight: far
 /// above the time a side takes to answer (a TLS handshake step), so a flight is never
 /// split by a slow answer.
-const QUIET: Duration = Duration::from_millis(300);
+const QUIET: Duration = Duration::from_millis(500);
 
 /// What a pump thread reports to the scheduler.
 enum Event {
