@@ -15,6 +15,8 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
 type Table = Arc<Mutex<Option<JoinTable>>>;
+/// What a server answers a session with: the client's `Open` and the data connections.
+type Served = Result<(Open, Vec<Link>), EngineError>;
 
 /// Serves one session on `listener` like the daemon: every connection on a thread of
 /// its own from the moment it is accepted (data connections may arrive before the
@@ -24,7 +26,7 @@ fn serve_concurrently(
     token: Option<Token>,
     streams: u16,
     tls: ServerTls,
-) -> Result<(Open, Vec<Link>), EngineError> {
+) -> Served {
     let table: Table = Arc::new(Mutex::new(None));
     let (tx, rx) = crossbeam_channel::unbounded();
     let (s, _) = listener.accept().expect("the control connection");
@@ -98,7 +100,7 @@ fn open_through_proxy(
 ) -> (
     FlightProxy,
     Result<super::connect::Opened, EngineError>,
-    Result<(Open, Vec<Link>), EngineError>,
+    Served,
 ) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let proxy = FlightProxy::start(listener.local_addr().expect("addr"));
