@@ -27,13 +27,26 @@ fn serve_concurrently(
     streams: u16,
     tls: ServerTls,
 ) -> Served {
+    serve_refusing(listener, token, streams, tls, 0)
+}
+
+/// [`serve_concurrently`], closing the first `refuse` data connections at once (as a
+/// daemon at its limit of unauthenticated connections per address does).
+fn serve_refusing(
+    listener: TcpListener,
+    token: Option<Token>,
+    streams: u16,
+    tls: ServerTls,
+    refuse: usize,
+) -> Served {
     let table: Table = Arc::new(Mutex::new(None));
     let (tx, rx) = crossbeam_channel::unbounded();
     let (s, _) = listener.accept().expect("the control connection");
     let tls = Arc::new(tls);
     let (t, d) = (Arc::clone(&table), Arc::clone(&tls));
     std::thread::spawn(move || {
-        for conn in listener.incoming().take(usize::from(streams)) {
+        let conns = listener.incoming().skip(refuse);
+        for conn in conns.take(usize::from(streams)) {
             let (t, d, tx) = (Arc::clone(&t), Arc::clone(&d), tx.clone());
             let conn = conn.expect("a data connection");
             std::thread::spawn(move || {
@@ -171,4 +184,24 @@ fn a_pipelined_open_behind_a_wrong_proof_is_refused_as_before() {
         matches!(served, EngineError::Handshake { .. }),
         "{served:?}"
     );
+}
+
+/// Data connections dialled ahead that the server closed (refused) are dialled again
+/// once the session is open: the session still gets every stream.
+#[test]
+fn data_connections_refused_while_dialled_ahead_are_dialled_again() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let server = ServerTls::ephemeral(Encrypt::Always).expect("an identity");
+    let client = ClientTls {
+        encrypt: Encrypt::Always,
+        trust: Trust::Pinned(server.fingerprint()),
+    };
+    let token = Token::new(b"secret".to_vec()).expect("a token");
+    let theirs = token.clone();
+    // Both of the client's connections dialled ahead are closed unanswered.
+    let served = std::thread::spawn(move || serve_refusing(listener, Some(token), 2, server, 2));
+    let opened = open_session(&addr, Some(theirs), open_frame(2), &client).expect("opened");
+    let (_, data) = served.join().expect("the server thread").expect("served");
+    assert_eq!((opened.data.len(), data.len()), (2, 2));
 }

@@ -107,3 +107,21 @@ pub(crate) fn fits(
         Some(a) => peer == Some(a),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::fits;
+
+    #[test]
+    fn a_connection_dialled_ahead_fits_where_no_other_address_was_advertised() {
+        let dialled: std::net::SocketAddr = "192.0.2.1:7000".parse().unwrap();
+        let other: std::net::SocketAddr = "192.0.2.2:7000".parse().unwrap();
+        assert!(fits(Some(dialled), None));
+        assert!(fits(Some(dialled), Some(dialled)));
+        assert!(
+            !fits(Some(dialled), Some(other)),
+            "the daemon wants another NIC"
+        );
+        assert!(!fits(None, Some(other)));
+    }
+}
