@@ -31,7 +31,8 @@ fn serve_concurrently(
 }
 
 /// [`serve_concurrently`], closing the first `refuse` data connections at once (as a
-/// daemon at its limit of unauthenticated connections per address does).
+/// daemon at its limit of unauthenticated connections per address does) and sending
+/// `Accept` only once it has: those are the ones the client dialled ahead.
 fn serve_refusing(
     listener: TcpListener,
     token: Option<Token>,
@@ -41,11 +42,16 @@ fn serve_refusing(
 ) -> Served {
     let table: Table = Arc::new(Mutex::new(None));
     let (tx, rx) = crossbeam_channel::unbounded();
+    let (refused_tx, refused) = crossbeam_channel::unbounded();
     let (s, _) = listener.accept().expect("the control connection");
     let tls = Arc::new(tls);
     let (t, d) = (Arc::clone(&table), Arc::clone(&tls));
     std::thread::spawn(move || {
-        let conns = listener.incoming().skip(refuse);
+        let mut conns = listener.incoming();
+        for conn in conns.by_ref().take(refuse) {
+            drop(conn);
+            let _ = refused_tx.send(());
+        }
         for conn in conns.take(usize::from(streams)) {
             let (t, d, tx) = (Arc::clone(&t), Arc::clone(&d), tx.clone());
             let conn = conn.expect("a data connection");
@@ -58,6 +64,12 @@ fn serve_refusing(
     let hello = accept::read_first(&mut reader, &mut writer)?.expect("a first frame");
     let est = accept::server_handshake(hello, &mut reader, &mut writer, token)?;
     let open = accept::read_open(&mut reader)?.expect("an Open");
+    for _ in 0..refuse {
+        let wait = std::time::Duration::from_secs(30);
+        refused
+            .recv_timeout(wait)
+            .expect("a connection dialled ahead");
+    }
     let accept = accept::new_accept(streams, MIN_CHUNK_BYTES)?;
     let key = est.join_key(&accept.session_secret);
     *table.lock().expect("the table") = Some(JoinTable::new(&accept, key));
