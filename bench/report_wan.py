@@ -73,6 +73,9 @@ def verdicts(name, f, best, thr, split=""):
     if s and best:
         r = s / best[0]
         out.append(f"{r:.2f}x iperf3 best ({'met' if r >= 0.9 else 'NOT met'}: >= 0.9)")
+    b = thr.get("sluice-base")
+    if s and b:
+        out.append(f"{s / b:.2f}x the baseline build")
     g = thr.get("gridftp")
     if s and g and (float(f.get("rtt_ms") or 0) >= 100 or float(f.get("loss") or 0) > 0):
         r = s / g
@@ -83,13 +86,18 @@ def verdicts(name, f, best, thr, split=""):
     return "; ".join(out) or "-"
 
 
+BASE = ("sluice-base", "sluice, baseline build")
+
+
 def table(R, agg, facts):
-    head = ["path", "RTT", "rate", "loss", "forwarder ceiling", "iperf3 best (-P)"] + [t[1] for t in TOOLS] + ["sluice against the targets"]
+    has_base = any(k[3] == BASE[0] for k in agg)
+    tools = TOOLS[:1] + ([BASE] if has_base else []) + TOOLS[1:]
+    head = ["path", "RTT", "rate", "loss", "forwarder ceiling", "iperf3 best (-P)"] + [t[1] for t in tools] + ["sluice against the targets"]
     rows, data = [], OrderedDict()
     for name, f in facts.items():
         best = iperf_best(agg, name)
         thr, cells = {}, []
-        for tool, _ in TOOLS:
+        for tool, _ in tools:
             v, st = tool_thr(agg, name, tool)
             thr[tool] = v
             cells.append(fmt(mbit(v)) if st == "ok" else st)

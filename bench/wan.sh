@@ -4,7 +4,7 @@
 # every tool on one file per path, tmpfs to tmpfs, default flags, interleaved run by run.
 #
 #   bench/wan.sh [--quick] [--out DIR] [--reps N] [--peer-reps N] [--mtu M] [--only REGEX]
-#                [--sluice BIN]
+#                [--sluice BIN] [--sluice-base BIN]
 #
 #   paths (full): 1 Gbit/s at 10, 50 and 100 ms RTT; the fastest rate the forwarder
 #                 sustains at 50 ms; 0.01 % and 0.1 % random loss at 1 Gbit/s and 50 ms;
@@ -18,6 +18,8 @@
 #                 4), globus-url-copy -fast -p 4, rsync (daemon), scp
 #   --mtu M       MTU of the paths (default 1500; 9000 for jumbo frames)
 #   --only REGEX  only paths whose name matches
+#   --sluice-base BIN  an earlier sluice build, run as tool `sluice-base` interleaved
+#                 with sluice on every path (before/after in the same run)
 #
 # Every row of raw.csv carries the path's RTT, rate and loss and the forwarder's ceiling
 # (iperf3 -P 4 through 1 ms of one-way delay, no rate limit) measured in the same run.
@@ -28,6 +30,7 @@ main() {
     BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
     REPO=$(dirname "$BENCH")
     QUICK=0 OUT="" REPS="" PEER_REPS=1 MTU=1500 ONLY_PATHS="" SLUICE_SRC="$REPO/target/release/sluice" NO_INSTALL=0
+    SLUICE_BASE_SRC=""
     while [ $# -gt 0 ]; do
         case $1 in
             --quick) QUICK=1 ;;
@@ -37,6 +40,7 @@ main() {
             --mtu) MTU=$2; shift ;;
             --only) ONLY_PATHS=$2; shift ;;
             --sluice) SLUICE_SRC=$2; shift ;;
+            --sluice-base) SLUICE_BASE_SRC=$2; shift ;;
             --no-install) NO_INSTALL=1 ;;
             -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
             *) echo "wan.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -134,6 +138,10 @@ wan_binaries() {
     fi
     mkdir -p "$RUNTMP/bin" && cp "$SLUICE_SRC" "$RUNTMP/bin/sluice" && cp "$DELAYLINE" "$RUNTMP/bin/" || return 1
     SLUICE=$RUNTMP/bin/sluice DELAYLINE=$RUNTMP/bin/sluice-delayline SLUICE_BASE=""
+    if [ -n "$SLUICE_BASE_SRC" ]; then
+        [ -x "$SLUICE_BASE_SRC" ] || { log "--sluice-base $SLUICE_BASE_SRC: not an executable"; return 1; }
+        cp "$SLUICE_BASE_SRC" "$RUNTMP/bin/sluice-base" && SLUICE_BASE=$RUNTMP/bin/sluice-base || return 1
+    fi
     SLUICE_VERSION=$("$SLUICE" --version 2>/dev/null)
     GIT_REV=$(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)
 }
@@ -218,6 +226,7 @@ wan_interleave() {
     local r t tools order
     for ((r = 1; r <= REPS; r++)); do
         tools=(sluice gridftp)
+        [ -n "$SLUICE_BASE" ] && tools=(sluice sluice-base gridftp)
         ((r <= PEER_REPS)) && tools+=(rsyncd scp)
         order=("${tools[@]}")
         ((r % 2)) || mapfile -t order < <(printf '%s\n' "${tools[@]}" | tac)
@@ -258,6 +267,7 @@ wan_meta() {
     echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"
     echo "sluice=$SLUICE_VERSION"
     echo "git=$GIT_REV"
+    [ -n "$SLUICE_BASE_SRC" ] && echo "sluice_base=$SLUICE_BASE_SRC" && echo "sluice_base_interleaved=yes"
     echo "sluice_flags=(defaults)"
     echo "peer_streams=$PEER_STREAMS"
     echo "mtu=$MTU"

@@ -4,7 +4,8 @@ set -euo pipefail
 
 need_apt=()
 for pkg in libhwloc-dev libudev-dev hwloc pkg-config util-linux rsync iproute2 iputils-ping iperf3 \
-  openssl tcpdump openssh-client openssh-server; do
+  openssl tcpdump openssh-client openssh-server \
+  prometheus zsh fish man-db groff-base lintian dpkg-dev systemd; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

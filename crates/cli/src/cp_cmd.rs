@@ -15,7 +15,7 @@ use sluice_placement::Plan;
 use sluice_topology::Machine;
 use sluice_wire::{Recovery, Token};
 use std::io::IsTerminal;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,6 +90,10 @@ pub struct CpArgs {
     /// Print one JSON summary object instead of the human summary.
     #[arg(long)]
     pub json: bool,
+    /// Limit this transfer to RATE bytes per second (500M, 2G: SI; 100Mi: IEC), paced
+    /// chunk by chunk where the bytes leave or arrive on this host.
+    #[arg(long, value_name = "RATE")]
+    pub bwlimit: Option<String>,
     /// File holding the shared secret of the daemon.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
@@ -97,6 +101,8 @@ pub struct CpArgs {
     pub ssh: crate::ssh::SshArgs,
     #[command(flatten)]
     pub tls: ClientTlsArgs,
+    #[command(flatten)]
+    pub metrics: crate::metrics_args::MetricsArgs,
 }
 
 /// Arguments of `sluice serve`.
@@ -132,6 +138,8 @@ pub struct ServeArgs {
     pub tls: ServerTlsArgs,
     #[command(flatten)]
     pub http: Box<crate::http_args::HttpArgs>,
+    #[command(flatten)]
+    pub metrics: crate::metrics_args::MetricsArgs,
 }
 
 /// Reads a shared secret from a file (one trailing newline ignored).
@@ -199,10 +207,15 @@ fn announce(args: &ServeArgs, addr: SocketAddr, plan: &Plan, fingerprint: &str) 
     }
 }
 
-/// Runs `sluice serve`.
+/// Runs `sluice serve` (an error that names a flag set in `--config` names its line).
 pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
+    serve_checked(args).map_err(|e| crate::serve_args::attribute(args.shared.loaded.as_deref(), e))
+}
+
+fn serve_checked(args: &ServeArgs) -> Result<ExitCode> {
     let token = args.token_file.as_ref().map(read_token).transpose()?;
-    let shared = args.shared.shared()?;
+    let shared = args.shared.shared(args.token_file.clone())?;
+    args.metrics.checked()?;
     let authenticated = token.is_some() || shared.accounts_file.is_some();
     if !args.listen.ip().is_loopback() && !authenticated && !args.insecure_no_auth {
         return Err(bad_input(format!(
@@ -212,8 +225,10 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
     }
     // With --accounts each account's root is checked when the file is loaded, here
     // first so that a bad file is refused before the daemon says it is ready.
-    if let Some(file) = &shared.accounts_file {
-        sluice_engine::accounts::file::load(file).map_err(bad_input)?;
+    if shared.accounts_file.is_some() {
+        shared
+            .accounts(std::path::Path::new(""), None)
+            .map_err(bad_input)?;
     }
     let root = args.root.clone().unwrap_or_default();
     if args.root.is_some() && !root.is_dir() {
@@ -229,11 +244,14 @@ pub fn serve_run(args: &ServeArgs) -> Result<ExitCode> {
         planner: sluice_engine::codec::Planner::Daemon,
         ..args.job.clone()
     };
+    if args.shared.check {
+        return crate::serve_args::check(args, &job);
+    }
+    args.metrics.start()?;
     let tls = args.tls.server_tls(args.listen)?;
     let machine = load_machine(&args.topology)?;
     let runtime = runtime_on(&machine, &job, &args.topology, Side::Both)?;
-    let listener = TcpListener::bind(args.listen)
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listener = crate::serve_args::bind(args.listen)?;
     let nic_addresses = advertised_addresses(
         &machine,
         runtime.plan(),
@@ -303,6 +321,10 @@ impl CpArgs {
             pipeline: self.pipeline.into(),
             direct: !self.buffered,
             chunk_acks: true,
+            pace: sluice_engine::bwlimit::Pace::new(
+                crate::serve_args::rate(self.bwlimit.as_deref())?,
+                &[],
+            ),
             ..job
         })
     }
@@ -335,6 +357,7 @@ impl CpArgs {
 /// Runs `sluice cp`.
 pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
     let mut cfg = args.copy_config()?;
+    args.metrics.start()?;
     // `[user@]host:path`: a far side started over ssh, logging in while this side plans.
     let far_job = crate::ssh::far_job(&args.job);
     let starting = crate::ssh::begin(&cfg, &args.ssh, args.token_file.is_some(), &far_job)?;
@@ -428,6 +451,7 @@ fn print_summary(s: &sluice_engine::Summary) {
         s.pipeline,
         s.plan.policy
     ) + "\n"));
+    let _ = crate::output::stdout(&(s.bottleneck.line() + "\n"));
     if let Some(n) = &s.network {
         let _ = crate::output::stdout(
             &(format!(

@@ -364,6 +364,18 @@ fn a_long_lossy_path_is_measured_and_a_push_killed_on_either_side_resumes() {
     // The RTT sized the buffers past the LAN floor (within SMALL's --buffer-mem).
     assert!(n["socket_bytes"].as_u64().unwrap() > 8 * MIB as u64, "{n}");
     assert_eq!(n["connections"].as_array().map(Vec::len), Some(2), "{n}");
+    // Where the NIC reports its rate (a TUN does), each of the two connections through
+    // it is paced at most at half of it.
+    if n["link_assumed"] == false {
+        let each = n["link_bits"].as_u64().unwrap() / 2 / 1_000_000;
+        let reason = n["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains(&format!("paced at most {each} Mbit/s each")),
+            "{reason}"
+        );
+    } else {
+        eprintln!("SKIP: the TUN device reports no rate here, so nothing is paced: {n}");
+    }
     // The daemon killed mid-way, a new one started on the same root.
     let (mut daemon, url) = push.daemon();
     let mut client = push.cp(&url, false);

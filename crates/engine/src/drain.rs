@@ -1,4 +1,5 @@
-//! Signals of `sluice serve`: SIGHUP re-reads the accounts file; SIGTERM and SIGINT
+//! Signals of `sluice serve`: SIGHUP re-reads the accounts file and runs the command's
+//! own reload ([`OnReload`]: its configuration file, its log filter); SIGTERM and SIGINT
 //! drain: the daemon stops accepting, lets running sessions finish for up to the drain
 //! timeout, then aborts the rest (their files stay under temporary names or are
 //! removed, as for any failed session), and reports which it aborted. A second SIGTERM
@@ -24,6 +25,17 @@ pub struct Drain {
     asked: Mutex<usize>,
     changed: Condvar,
     signals: AtomicUsize,
+}
+
+/// What a SIGHUP reloads besides the accounts: the command's own settings (its log
+/// filter, its configuration file), which the engine does not know.
+#[derive(Clone)]
+pub struct OnReload(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for OnReload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnReload")
+    }
 }
 
 /// How a drain ended.
@@ -92,17 +104,18 @@ impl Drain {
 }
 
 /// Starts the thread that handles SIGTERM and SIGINT (drain: `listener` stops
-/// accepting) and, with `accounts` from a file, SIGHUP (reload).
+/// accepting) and, with `accounts` from a file or an `on_reload`, SIGHUP (reload).
 ///
 /// # Errors
 /// The handlers or the thread cannot be installed.
 pub fn handle_signals(
     listener: Arc<TcpListener>,
     accounts: Option<Arc<Live>>,
+    on_reload: Option<OnReload>,
     drain: Arc<Drain>,
 ) -> std::io::Result<()> {
     let mut wanted = vec![SIGTERM, SIGINT];
-    if accounts.is_some() {
+    if accounts.is_some() || on_reload.is_some() {
         wanted.push(SIGHUP);
     }
     let mut signals = signal_hook::iterator::Signals::new(&wanted)?;
@@ -113,15 +126,21 @@ pub fn handle_signals(
             for sig in signals.forever() {
                 drain.signals.fetch_add(1, Ordering::SeqCst);
                 if sig == SIGHUP {
+                    crate::notify::reloading();
                     if let Some(live) = &accounts {
                         reload(live);
                     }
+                    if let Some(hook) = &on_reload {
+                        (hook.0)();
+                    }
+                    crate::notify::ready("reloaded; serving");
                     continue;
                 }
                 let first = !drain.draining();
                 drain.ask();
                 if first {
                     tracing::warn!("draining: no new sessions; running sessions may finish");
+                    crate::notify::stopping("draining: running sessions may finish");
                     stop_accepting(&listener);
                 } else {
                     tracing::warn!("asked again: aborting the running sessions now");
@@ -135,7 +154,7 @@ pub fn handle_signals(
 fn reload(live: &Live) {
     let path = live
         .current()
-        .source()
+        .reload_source()
         .map_or_else(String::new, |p| p.display().to_string());
     match live.reload() {
         Ok(n) => tracing::warn!("SIGHUP: {n} accounts reloaded from {path}"),

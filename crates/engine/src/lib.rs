@@ -22,6 +22,7 @@
 mod access;
 pub mod accounts;
 pub mod audit;
+pub mod bwlimit;
 pub mod client;
 pub mod codec;
 pub mod daemon;
@@ -30,7 +31,9 @@ pub mod error;
 mod fault;
 pub mod fs;
 pub mod guard;
+pub mod monitor;
 pub mod net;
+pub mod notify;
 pub mod oneshot;
 pub mod options;
 pub mod pipeline;

@@ -80,6 +80,8 @@ pub struct SessionOptions {
     /// The sink acknowledges every chunk (`CHUNK_ACKS` negotiated): the source's `auto`
     /// then measures delivered goodput instead of bytes handed to its sockets.
     pub chunk_acks: bool,
+    /// The session's bandwidth limit on this host (`--bwlimit`; none by default).
+    pub pace: crate::bwlimit::Pace,
 }
 
 impl Default for SessionOptions {
@@ -99,6 +101,7 @@ impl Default for SessionOptions {
             pipeline: Pipeline::Auto,
             direct: true,
             chunk_acks: true,
+            pace: crate::bwlimit::Pace::none(),
         }
     }
 }
@@ -150,6 +153,7 @@ impl SessionOptions {
             pipeline: Pipeline::Auto,
             direct: open.direct,
             chunk_acks,
+            pace: crate::bwlimit::Pace::none(),
         };
         debug_assert!((1..=MAX_STREAMS).contains(&opts.streams));
         debug_assert!(opts.chunk_bytes <= server.slot_bytes);

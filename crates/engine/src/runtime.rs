@@ -70,6 +70,7 @@ impl Runtime {
                 }
             })?;
             let pool = Arc::new(pool);
+            crate::monitor::global().watch_pool(ch.id, &pool);
             // The pool's address range, for checking its pages in /proc/PID/numa_maps
             // (tests/numa-vm/scenarios/transfer.sh): slot `i` starts at base + i * slot size.
             if let Some(s) = pool.try_acquire() {

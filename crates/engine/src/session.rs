@@ -189,6 +189,7 @@ pub(crate) fn run_role(
     runtime.pin_current(PlanRole::Control, 0);
     let cap = runtime.plan().buffer_bytes();
     let (tuning, probes) = crate::net::tuning::tune_session(&control_stream, &conns, cap);
+    let watched = crate::monitor::global().session_started(&probes);
     let events =
         spawn_reader(reader).map_err(|e| EngineError::io("starting the control reader", e))?;
     let (control, writer_thread) = spawn_writer(control_stream)
@@ -216,6 +217,7 @@ pub(crate) fn run_role(
         }
     };
     let figures = crate::net::tuning::final_figures(&probes);
+    crate::monitor::global().session_ended(watched);
     stats.set_network(crate::net::tuning::NetworkReport::new(&tuning, figures));
     if let Err(e) = &result {
         let msg = match &root {

@@ -13,6 +13,12 @@ use std::time::Duration;
 pub struct Shared {
     /// The accounts file (`--accounts`); `None`: the one account of `root` and `token`.
     pub accounts_file: Option<std::path::PathBuf>,
+    /// `accounts_file` is a configuration file whose `[[account]]` tables are the
+    /// accounts (`sluice serve --config` with inline accounts).
+    pub accounts_embedded: bool,
+    /// The file the one account's token was read from (`--token-file`): a SIGHUP
+    /// re-reads it.
+    pub token_file: Option<std::path::PathBuf>,
     /// Where audit records are appended (`--audit-log`).
     pub audit_log: Option<std::path::PathBuf>,
     /// Limits and timeouts.
@@ -22,16 +28,24 @@ pub struct Shared {
     /// Whether this process's SIGTERM, SIGINT (and SIGHUP with an accounts file) are the
     /// daemon's (`sluice serve`; not a daemon started inside another command).
     pub signals: bool,
+    /// What a SIGHUP reloads besides the accounts (the command's configuration file).
+    pub on_reload: Option<crate::drain::OnReload>,
+    /// `--bwlimit`: bytes per second for all sessions together, shared fairly.
+    pub bwlimit: Option<u64>,
 }
 
 impl Default for Shared {
     fn default() -> Shared {
         Shared {
             accounts_file: None,
+            accounts_embedded: false,
+            token_file: None,
             audit_log: None,
             limits: Limits::default(),
             drain_timeout: Duration::from_secs(30),
             signals: false,
+            on_reload: None,
+            bwlimit: None,
         }
     }
 }
@@ -44,10 +58,13 @@ impl Shared {
     /// The file does not load ([`EngineError::Config`]), or the root cannot be opened.
     pub fn accounts(&self, root: &Path, token: Option<Token>) -> Result<Accounts, EngineError> {
         match &self.accounts_file {
+            Some(path) if self.accounts_embedded => {
+                accounts::file::load_embedded(path).map_err(|e| EngineError::Config(e.to_string()))
+            }
             Some(path) => {
                 accounts::file::load(path).map_err(|e| EngineError::Config(e.to_string()))
             }
-            None => Ok(Accounts::single(root, token)?),
+            None => Ok(Accounts::single(root, token)?.with_token_file(self.token_file.clone())),
         }
     }
 

@@ -1,12 +1,13 @@
 //! Counters and the per-file report of a session, turned into the `--json` summary.
 
+use crate::monitor::{self, Bottleneck, Stage, StageClock, StageCounters};
 use crate::net::tuning::NetworkReport;
 use crate::options::BeyondPlan;
 use serde::Serialize;
 use sluice_wire::FileEntry;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Per-file rows kept for the summary at most; beyond it only counts grow, so memory
@@ -56,8 +57,20 @@ pub struct ChannelFigures {
     pub chunks: u64,
 }
 
+/// One channel's counters: relaxed atomics, a cache line of their own (no lock per
+/// chunk).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct ChannelCell {
+    bytes: AtomicU64,
+    wire_bytes: AtomicU64,
+    chunks: AtomicU64,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
+    /// Channels whose id is at or beyond [`monitor::stage::MAX_CHANNELS`] (none in the
+    /// plans sluice makes).
     channels: BTreeMap<u32, ChannelFigures>,
     rows: Vec<FileRow>,
     failures: Vec<FileRow>,
@@ -86,6 +99,8 @@ pub struct Stats {
     wire_bytes: AtomicU64,
     chunks_resent: AtomicU64,
     bytes_resumed: AtomicU64,
+    channels: Box<[ChannelCell]>,
+    stages: Arc<StageCounters>,
     inner: Mutex<Inner>,
 }
 
@@ -116,6 +131,10 @@ impl Stats {
             wire_bytes: AtomicU64::new(0),
             chunks_resent: AtomicU64::new(0),
             bytes_resumed: AtomicU64::new(0),
+            channels: (0..monitor::stage::MAX_CHANNELS)
+                .map(|_| ChannelCell::default())
+                .collect(),
+            stages: Arc::new(StageCounters::new()),
             inner: Mutex::new(Inner::default()),
         }
     }
@@ -151,16 +170,70 @@ impl Stats {
     /// A chunk's payload was read (source) or received (sink) in `channel`.
     pub fn add_payload(&self, channel: u32, bytes: u64) {
         self.payload_bytes.fetch_add(bytes, Ordering::Relaxed);
-        let mut i = self.inner();
-        let c = i.channels.entry(channel).or_default();
-        c.bytes += bytes;
-        c.chunks += 1;
+        monitor::global().add_payload(bytes);
+        match self.channels.get(channel as usize) {
+            Some(c) => {
+                c.bytes.fetch_add(bytes, Ordering::Relaxed);
+                c.chunks.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                let mut i = self.inner();
+                let c = i.channels.entry(channel).or_default();
+                c.bytes += bytes;
+                c.chunks += 1;
+            }
+        }
     }
 
     /// Bytes crossed the wire in `channel`.
     pub fn add_wire(&self, channel: u32, bytes: u64) {
         self.wire_bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.inner().channels.entry(channel).or_default().wire_bytes += bytes;
+        monitor::global().add_wire(bytes);
+        match self.channels.get(channel as usize) {
+            Some(c) => {
+                c.wire_bytes.fetch_add(bytes, Ordering::Relaxed);
+            }
+            None => self.inner().channels.entry(channel).or_default().wire_bytes += bytes,
+        }
+    }
+
+    /// A stopwatch for a stage thread of `channel` (its laps count in this session's
+    /// stage counters and the process's).
+    pub fn clock(&self, channel: u32) -> StageClock {
+        StageClock::new(&self.stages, channel)
+    }
+
+    /// This session's stage counters.
+    pub fn stages(&self) -> &StageCounters {
+        &self.stages
+    }
+
+    /// Which resource bound the transfer so far, from the stage counters.
+    pub fn bottleneck(&self) -> Bottleneck {
+        let figures: Vec<_> = Stage::ALL
+            .iter()
+            .map(|s| (*s, self.stages.total(*s)))
+            .collect();
+        Bottleneck::attribute(&figures, self.stages.wall_ns())
+    }
+
+    /// Every channel's figures (those counted without a lock, and any beyond them).
+    fn channel_figures(
+        &self,
+        beyond: &BTreeMap<u32, ChannelFigures>,
+    ) -> BTreeMap<u32, ChannelFigures> {
+        let mut out = beyond.clone();
+        for (id, c) in (0u32..).zip(self.channels.iter()) {
+            let f = ChannelFigures {
+                bytes: c.bytes.load(Ordering::Relaxed),
+                wire_bytes: c.wire_bytes.load(Ordering::Relaxed),
+                chunks: c.chunks.load(Ordering::Relaxed),
+            };
+            if f.bytes + f.wire_bytes + f.chunks > 0 {
+                out.insert(id, f);
+            }
+        }
+        out
     }
 
     /// The scanner found a file.
@@ -177,11 +250,13 @@ impl Stats {
     /// A chunk was sent again after the sink rejected it.
     pub fn chunk_resent(&self) {
         self.chunks_resent.fetch_add(1, Ordering::Relaxed);
+        monitor::global().chunk_resent();
     }
 
     /// An entry of the tree could not be scanned.
     pub fn scan_error(&self, msg: &str) {
         self.files_failed.fetch_add(1, Ordering::Relaxed);
+        monitor::global().file_ended(false);
         let mut i = self.inner();
         if i.scan_errors.len() < MAX_REPORTED_FILES {
             i.scan_errors.push(msg.to_string());
@@ -210,6 +285,7 @@ impl Stats {
                     sluice_wire::FileKind::Symlink => &self.symlinks_done,
                 }
                 .fetch_add(1, Ordering::Relaxed);
+                monitor::global().file_ended(true);
                 self.bytes_done.fetch_add(entry.size, Ordering::Relaxed);
                 self.push_row(FileRow {
                     path: entry.path.as_str().to_string(),
@@ -221,6 +297,7 @@ impl Stats {
             }
             FileOutcome::Failed { message } => {
                 self.files_failed.fetch_add(1, Ordering::Relaxed);
+                monitor::global().file_ended(false);
                 let row = FileRow {
                     path: entry.path.as_str().to_string(),
                     size: entry.size,
@@ -289,6 +366,7 @@ impl Stats {
     /// The summary object printed by `--json`.
     pub fn summary(&self, plan: &sluice_placement::Plan) -> Summary {
         let seconds = self.started.elapsed().as_secs_f64();
+        let bottleneck = self.bottleneck();
         let i = self.inner();
         let bytes = self.payload_bytes.load(Ordering::Relaxed);
         let files_done = self.files_done.load(Ordering::Relaxed);
@@ -319,7 +397,8 @@ impl Stats {
             codec_threads: i.codec_threads,
             threads_beyond_plan: i.beyond_plan.clone(),
             network: i.network.clone(),
-            channels: i.channels.clone(),
+            channels: self.channel_figures(&i.channels),
+            bottleneck,
             plan: plan.clone(),
             failures: i.failures.clone(),
             scan_errors: i.scan_errors.clone(),
@@ -379,6 +458,9 @@ pub struct Summary {
     pub network: Option<NetworkReport>,
     /// Per-channel figures of this side.
     pub channels: BTreeMap<u32, ChannelFigures>,
+    /// Which resource bound the transfer on this side, and for what share of the time
+    /// (from the stage counters).
+    pub bottleneck: Bottleneck,
     /// The plan this side used.
     pub plan: sluice_placement::Plan,
     /// Every failed file with its error.

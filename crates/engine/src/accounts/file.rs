@@ -8,6 +8,7 @@
 //! root = "/data/alice"
 //! rights = ["read", "write"]                # read = pull from, write = push to
 //! expires = "2027-01-31T00:00:00Z"          # optional
+//! bwlimit = "500M"                          # optional: bytes/s for all its sessions
 //! ```
 //!
 //! Relative `root` and `token_file` paths are taken from the accounts file's directory.
@@ -54,6 +55,7 @@ struct RawAccount {
     root: PathBuf,
     rights: Vec<String>,
     expires: Option<toml::Value>,
+    bwlimit: Option<toml::Value>,
 }
 
 /// An account as the file describes it, checked but with nothing opened yet.
@@ -69,6 +71,8 @@ pub struct Entry {
     pub rights: Rights,
     /// Its expiry.
     pub expires: Option<SystemTime>,
+    /// Its bandwidth limit, bytes per second.
+    pub bwlimit: Option<u64>,
 }
 
 /// Where an account's token is.
@@ -95,6 +99,26 @@ impl std::fmt::Debug for Secret {
 /// One line naming the account (by number and name) and what is wrong.
 pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
     let raw: RawFile = toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
+    entries(raw)
+}
+
+/// [`parse`] for a configuration file that holds `[[account]]` tables among keys of its
+/// own (`sluice serve --config`): only the tables are read.
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_embedded(text: &str) -> Result<Vec<Entry>, String> {
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| one_line(&e.to_string()))?;
+    let mut only = toml::Table::new();
+    if let Some(accounts) = table.remove("account") {
+        only.insert("account".into(), accounts);
+    }
+    let raw =
+        RawFile::deserialize(toml::Value::Table(only)).map_err(|e| one_line(&e.to_string()))?;
+    entries(raw)
+}
+
+fn entries(raw: RawFile) -> Result<Vec<Entry>, String> {
     if raw.account.is_empty() {
         return Err("no [[account]] entries".into());
     }
@@ -134,6 +158,7 @@ fn entry(a: RawAccount) -> Result<Entry, String> {
         root: a.root,
         rights: rights(&a.rights)?,
         expires: a.expires.as_ref().map(expiry).transpose()?,
+        bwlimit: a.bwlimit.as_ref().map(bwlimit).transpose()?,
     })
 }
 
@@ -181,6 +206,20 @@ fn expiry(v: &toml::Value) -> Result<SystemTime, String> {
     })
 }
 
+fn bwlimit(v: &toml::Value) -> Result<u64, String> {
+    let text = match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(n) => n.to_string(),
+        other => {
+            return Err(format!(
+                "bwlimit: expected a rate such as \"500M\", got {}",
+                other.type_str()
+            ))
+        }
+    };
+    crate::bwlimit::parse_rate(&text).map_err(|e| format!("bwlimit: {e}"))
+}
+
 fn one_line(s: &str) -> String {
     s.split('\n')
         .map(str::trim)
@@ -195,12 +234,30 @@ fn one_line(s: &str) -> String {
 /// # Errors
 /// [`AccountsError`] naming the file and what is wrong.
 pub fn load(path: &Path) -> Result<Accounts, AccountsError> {
+    load_as(path, false)
+}
+
+/// [`load`] for the `[[account]]` tables of a configuration file ([`parse_embedded`]);
+/// a SIGHUP re-reads them the same way.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_embedded(path: &Path) -> Result<Accounts, AccountsError> {
+    load_as(path, true)
+}
+
+fn load_as(path: &Path, embedded: bool) -> Result<Accounts, AccountsError> {
     let err = |message: String| AccountsError {
         path: path.to_path_buf(),
         message,
     };
     let text = read_bounded(path).map_err(&err)?;
-    let entries = parse(&text).map_err(&err)?;
+    let entries = if embedded {
+        parse_embedded(&text)
+    } else {
+        parse(&text)
+    }
+    .map_err(&err)?;
     if entries
         .iter()
         .any(|e| matches!(e.secret, Secret::Inline(_)))
@@ -219,7 +276,12 @@ pub fn load(path: &Path) -> Result<Accounts, AccountsError> {
         }
         list.push(account);
     }
-    Ok(Accounts::from_list(list, Some(path.to_path_buf())))
+    let accounts = Accounts::from_list(list, Some(path.to_path_buf()));
+    Ok(if embedded {
+        accounts.embedded()
+    } else {
+        accounts
+    })
 }
 
 fn read_bounded(path: &Path) -> Result<String, String> {
@@ -262,17 +324,14 @@ fn open(e: Entry, base: &Path) -> Result<Account, String> {
     if !std::fs::metadata(&root_path).is_ok_and(|m| m.is_dir()) {
         return Err(format!("root {}: not a directory", root_path.display()));
     }
-    Ok(Account::new(
-        e.name,
-        Some(token),
-        Arc::new(root),
-        e.rights,
-        e.expires,
-    ))
+    Ok(
+        Account::new(e.name, Some(token), Arc::new(root), e.rights, e.expires)
+            .with_bwlimit(e.bwlimit),
+    )
 }
 
 /// A token file's bytes, one trailing newline dropped (as `--token-file`).
-fn read_token_file(path: &Path) -> Result<Vec<u8>, String> {
+pub(crate) fn read_token_file(path: &Path) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let limit = sluice_wire::auth::MAX_TOKEN_BYTES as u64 + 2;
     let mut bytes = Vec::new();

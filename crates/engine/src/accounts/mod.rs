@@ -75,6 +75,8 @@ pub struct Account {
     pub rights: Rights,
     /// When its token stops being accepted.
     pub expires: Option<SystemTime>,
+    /// Its `bwlimit`: bytes per second for all its sessions together, shared fairly.
+    pub bwlimit: Option<Arc<crate::bwlimit::Limiter>>,
 }
 
 impl Account {
@@ -92,7 +94,14 @@ impl Account {
             root,
             rights,
             expires,
+            bwlimit: None,
         }
+    }
+
+    /// The account with a bandwidth limit of `rate` bytes per second for its sessions.
+    pub fn with_bwlimit(mut self, rate: Option<u64>) -> Account {
+        self.bwlimit = rate.map(crate::bwlimit::Limiter::new);
+        self
     }
 
     /// Whether its token has expired at `now`.
@@ -124,6 +133,11 @@ pub struct Accounts {
     list: Vec<Arc<Account>>,
     /// Where they were read from (re-read on SIGHUP); `None` for the implicit account.
     source: Option<PathBuf>,
+    /// The source is a configuration file whose `[[account]]` tables are the accounts
+    /// (its other keys are not the accounts loader's).
+    embedded: bool,
+    /// The implicit account's `--token-file`, re-read on SIGHUP (token rotation).
+    token_file: Option<PathBuf>,
 }
 
 impl Accounts {
@@ -138,6 +152,8 @@ impl Accounts {
         Ok(Accounts {
             list: vec![Arc::new(Account::new(name, token, root, Rights::ALL, None))],
             source: None,
+            embedded: false,
+            token_file: None,
         })
     }
 
@@ -149,7 +165,47 @@ impl Accounts {
         Accounts {
             list: list.into_iter().map(Arc::new).collect(),
             source,
+            embedded: false,
+            token_file: None,
         }
+    }
+
+    /// The implicit account's token came from `file` (`--token-file`): a SIGHUP
+    /// re-reads it.
+    pub fn with_token_file(mut self, file: Option<PathBuf>) -> Accounts {
+        self.token_file = file.filter(|_| self.source.is_none() && self.auth_required());
+        self
+    }
+
+    /// What a SIGHUP re-reads: the accounts file, or the implicit account's token file.
+    pub fn reload_source(&self) -> Option<&Path> {
+        self.source.as_deref().or(self.token_file.as_deref())
+    }
+
+    /// The implicit account with the token now in its token file (same root, rights).
+    fn with_fresh_token(&self, file: &Path) -> Result<Accounts, String> {
+        let bytes = file::read_token_file(file)?;
+        let token = Token::new(bytes).map_err(|t| format!("token file {}: {t}", file.display()))?;
+        let old = self.list.first().ok_or("no account")?;
+        let account = Account::new(
+            old.name.clone(),
+            Some(token),
+            Arc::clone(&old.root),
+            old.rights,
+            None,
+        );
+        Ok(Accounts {
+            list: vec![Arc::new(account)],
+            source: None,
+            embedded: false,
+            token_file: Some(file.to_path_buf()),
+        })
+    }
+
+    /// These accounts are the `[[account]]` tables of a configuration file.
+    pub(crate) fn embedded(mut self) -> Accounts {
+        self.embedded = true;
+        self
     }
 
     /// Whether clients must prove a token.
@@ -262,10 +318,27 @@ impl Live {
     /// # Errors
     /// There is no file to re-read, or it does not load.
     pub fn reload(&self) -> Result<usize, String> {
-        let Some(path) = self.current().source().map(Path::to_path_buf) else {
+        let current = self.current();
+        let fresh = match (current.source(), &current.token_file) {
+            (None, Some(token_file)) => Some(current.with_fresh_token(token_file)?),
+            _ => None,
+        };
+        if let Some(fresh) = fresh {
+            *self
+                .0
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(fresh);
+            return Ok(1);
+        }
+        let Some(path) = current.source().map(Path::to_path_buf) else {
             return Err("no --accounts file to re-read".into());
         };
-        let fresh = file::load(&path).map_err(|e| e.to_string())?;
+        let fresh = if current.embedded {
+            file::load_embedded(&path)
+        } else {
+            file::load(&path)
+        }
+        .map_err(|e| e.to_string())?;
         let n = fresh.len();
         *self
             .0

@@ -94,6 +94,8 @@ struct Daemon {
     dog: Watchdog,
     audit: Auditor,
     drain: Arc<Drain>,
+    /// `--bwlimit`: the daemon's total, shared fairly by its sessions.
+    bwlimit: Option<Arc<crate::bwlimit::Limiter>>,
 }
 
 /// What the daemon keeps of one connection while serving it.
@@ -131,12 +133,16 @@ pub fn serve_shared(
     let daemon = Arc::new(Daemon::new(&listener, cfg, &shared)?);
     let listener = Arc::new(listener);
     if shared.signals {
-        let live = shared
-            .accounts_file
-            .as_ref()
-            .map(|_| Arc::clone(&daemon.accounts));
-        crate::drain::handle_signals(Arc::clone(&listener), live, Arc::clone(&daemon.drain))
-            .map_err(|e| EngineError::io("installing the signal handlers", e))?;
+        let reloadable = daemon.accounts.current().reload_source().is_some();
+        let live = reloadable.then(|| Arc::clone(&daemon.accounts));
+        crate::drain::handle_signals(
+            Arc::clone(&listener),
+            live,
+            shared.on_reload.clone(),
+            Arc::clone(&daemon.drain),
+        )
+        .map_err(|e| EngineError::io("installing the signal handlers", e))?;
+        crate::notify::ready(&ready_status(&listener, &daemon));
     }
     for conn in listener.incoming() {
         if daemon.drain.draining() {
@@ -152,6 +158,17 @@ pub fn serve_shared(
         .finish(&daemon.guard, &daemon.dog, shared.drain_timeout);
     daemon.dog.stop();
     Ok(drained)
+}
+
+/// The status line systemd shows once the daemon serves.
+fn ready_status(listener: &TcpListener, daemon: &Daemon) -> String {
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| "?".into(), |a| a.to_string());
+    format!(
+        "serving on {addr}, {} account(s)",
+        daemon.accounts.current().len()
+    )
 }
 
 /// Serves `stream` on a thread of its own, or refuses it (`Busy`, audited) when the
@@ -222,6 +239,7 @@ impl Daemon {
             dog: Watchdog::start().map_err(|e| EngineError::io("starting the watchdog", e))?,
             audit: Auditor::new(audit),
             drain: Drain::new(),
+            bwlimit: shared.bwlimit.map(crate::bwlimit::Limiter::new),
         })
     }
 

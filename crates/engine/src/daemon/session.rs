@@ -63,6 +63,8 @@ impl Daemon {
     ) -> Result<(), EngineError> {
         let chunk_acks = est.capabilities.contains(Capabilities::CHUNK_ACKS);
         let mut opts = SessionOptions::served(&open.options, self.server_side(), chunk_acks);
+        let limits = [self.bwlimit.as_ref(), account.bwlimit.as_ref()];
+        opts.pace = crate::bwlimit::Pace::new(None, &limits);
         // The path is checked before anything is allocated or created.
         let role = role_for(&account.root, open)?;
         // A third-party copy's source takes the destination's session from `Delegate`.

@@ -1,10 +1,14 @@
 //! The client side of opening a session: connect, handshake, `Open`, the daemon's
 //! `Accept` (and `Addresses`), then one joined data connection per stream.
 
-use super::handshake::{client_handshake, handshake_error, HANDSHAKE_TIMEOUT};
+use super::handshake::{
+    client_handshake, client_handshake_early, handshake_error, Early, HANDSHAKE_TIMEOUT,
+};
+use super::predial::{self, Dialled, Predialled};
 use super::tls::{secure_control, ClientTls, DataDial, Encrypt, Fingerprint, Link};
 use super::transport::{self, FrameReader, FrameWriter};
 use crate::error::EngineError;
+use crossbeam_channel::Receiver;
 use sluice_wire::{
     Accept, Addresses, Capabilities, ClientJoin, ErrorCode, Established, Frame, Open, Token,
 };
@@ -52,9 +56,17 @@ pub fn open_session(
 ) -> Result<Opened, EngineError> {
     let hosts: Vec<&str> = addrs.split(',').filter(|a| !a.is_empty()).collect();
     let addr = hosts.first().copied().unwrap_or(addrs);
-    let (mut reader, mut writer, est, dial) = connect_control(addr, token, tls)?;
+    let (link, dial) = dial_control(addr, tls)?;
+    // The first group of data connections is dialled while the control handshake runs
+    // (TLS only: a refused clear-text connection would show only at its `Join`).
+    let ahead = match dial {
+        Some(_) => open.options.streams.min(JOINS_AT_ONCE),
+        None => 0,
+    };
+    let mut early = Predialled::start(&hosts, addr, dial.as_ref(), ahead);
+    let (mut reader, mut writer) = transport::control_halves(link)?;
     let fingerprint = writer.peer_fingerprint();
-    writer.send(&Frame::Open(offer_direct(open, &est, addr)))?;
+    let est = handshake_and_open(&mut reader, &mut writer, token, open, tls, addr)?;
     let (accept, advertised) = read_accept(&mut reader, &est, addr)?;
     let key = est.join_key(&accept.session_secret);
     let dials = Dials {
@@ -65,7 +77,7 @@ pub fn open_session(
         accept: &accept,
         key: &key,
     };
-    let data = dials.join_all()?;
+    let data = dials.join_all(&mut early)?;
     debug_assert_eq!(data.len(), usize::from(accept.streams()));
     reader
         .set_timeout(None)
@@ -80,10 +92,30 @@ pub fn open_session(
     })
 }
 
+/// The client handshake, then `open`: inside TLS (the server already authenticated)
+/// `Open` goes right behind the proof, in clear text only after the server's `AuthOk`.
+fn handshake_and_open(
+    reader: &mut FrameReader,
+    writer: &mut FrameWriter,
+    token: Option<Token>,
+    open: Open,
+    tls: &ClientTls,
+    addr: &str,
+) -> Result<Established, EngineError> {
+    let build = |caps: Capabilities| Frame::Open(offer_direct(open.clone(), caps, addr));
+    let early: Option<Early<'_>> = writer.is_tls().then_some(&build);
+    let (est, sent) = client_handshake_early(reader, writer, token, early)
+        .map_err(|e| clear_text_refused(e, addr, tls.encrypt))?;
+    if !sent {
+        writer.send(&build(est.capabilities))?;
+    }
+    Ok(est)
+}
+
 /// Data connections joined at once at most: on a long path each costs several round
 /// trips (TCP, TLS, `Join`), which would add up one after the other; a server that
 /// answers joins one at a time (a stream receiver) keeps each within its timeout.
-const JOINS_AT_ONCE: usize = 8;
+const JOINS_AT_ONCE: u16 = 8;
 
 /// What every data connection of a session is opened with.
 struct Dials<'a> {
@@ -97,15 +129,17 @@ struct Dials<'a> {
 
 impl Dials<'_> {
     /// Every data connection of the session, in stream order, [`JOINS_AT_ONCE`] at a
-    /// time; the first failure in stream order is the error.
-    fn join_all(&self) -> Result<Vec<Link>, EngineError> {
+    /// time, taking those dialled `early` where they fit; the first failure in stream
+    /// order is the error.
+    fn join_all(&self, early: &mut Predialled) -> Result<Vec<Link>, EngineError> {
         let indexes: Vec<u16> = (0..self.accept.streams()).collect();
         let mut data = Vec::with_capacity(indexes.len());
-        for group in indexes.chunks(JOINS_AT_ONCE) {
+        for group in indexes.chunks(usize::from(JOINS_AT_ONCE)) {
+            let ahead: Vec<_> = group.iter().map(|&i| (i, early.take(i))).collect();
             let joined: Vec<Result<Link, EngineError>> = std::thread::scope(|s| {
-                let handles: Vec<_> = group
-                    .iter()
-                    .map(|&i| s.spawn(move || self.join_one(i)))
+                let handles: Vec<_> = ahead
+                    .into_iter()
+                    .map(|(i, rx)| s.spawn(move || self.join_one(i, rx)))
                     .collect();
                 handles
                     .into_iter()
@@ -125,14 +159,36 @@ impl Dials<'_> {
         Ok(data)
     }
 
-    /// Data connection `i`: connected, secured when the session is, joined.
-    fn join_one(&self, i: u16) -> Result<Link, EngineError> {
-        let (s, to) = connect_data(i, self.hosts, self.named, self.advertised)?;
-        let link = match self.dial {
-            Some(d) => d.secure(s, HANDSHAKE_TIMEOUT)?,
-            None => Link::plain(s),
+    /// Data connection `i`: the one dialled ahead when it fits, else connected and
+    /// secured now; then joined.
+    fn join_one(&self, i: u16, ahead: Option<Receiver<Dialled>>) -> Result<Link, EngineError> {
+        let (link, to) = match ahead.and_then(|rx| self.fitting(i, rx.recv().ok()?)) {
+            Some(dialled) => dialled,
+            None => {
+                let (s, to) = connect_data(i, self.hosts, self.named, self.advertised)?;
+                let link = match self.dial {
+                    Some(d) => d.secure(s, HANDSHAKE_TIMEOUT)?,
+                    None => Link::plain(s),
+                };
+                (link, to)
+            }
         };
         join_data(link, &to, self.accept, self.key, i)
+    }
+
+    /// A connection dialled ahead for stream `i`, if it went where stream `i` should
+    /// go (the daemon may advertise another address for it); a failed one is dialled
+    /// again the ordinary way, so its error is the one the user would have seen.
+    fn fitting(&self, i: u16, dialled: Dialled) -> Option<(Link, String)> {
+        let (link, to) = dialled
+            .inspect_err(|e| tracing::debug!("data connection {i} dialled ahead: {e}"))
+            .ok()?;
+        let advertised = self.advertised.of(i).filter(|_| self.hosts.len() <= 1);
+        if predial::fits(link.stream().peer_addr().ok(), advertised) {
+            return Some((link, to));
+        }
+        link.close();
+        None
     }
 }
 
@@ -147,19 +203,25 @@ pub(crate) fn connect_control(
     token: Option<Token>,
     tls: &ClientTls,
 ) -> Result<Control, EngineError> {
-    let stream = TcpStream::connect(addr)
-        .map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
-    transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
-    let (link, dial) = if tls.encrypt.client_encrypts(&stream) {
-        let (link, dial) = secure_control(stream, addr, &tls.trust, HANDSHAKE_TIMEOUT)?;
-        (link, Some(dial))
-    } else {
-        (Link::plain(stream), None)
-    };
+    let (link, dial) = dial_control(addr, tls)?;
     let (mut reader, mut writer) = transport::control_halves(link)?;
     let est = client_handshake(&mut reader, &mut writer, token)
         .map_err(|e| clear_text_refused(e, addr, tls.encrypt))?;
     Ok((reader, writer, est, dial))
+}
+
+/// The control connection to `addr`, connected and, when `tls` says so, secured (with
+/// how to open the data connections pinned to the same certificate).
+fn dial_control(addr: &str, tls: &ClientTls) -> Result<(Link, Option<DataDial>), EngineError> {
+    let stream = TcpStream::connect(addr)
+        .map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
+    transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
+    if tls.encrypt.client_encrypts(&stream) {
+        let (link, dial) = secure_control(stream, addr, &tls.trust, HANDSHAKE_TIMEOUT)?;
+        Ok((link, Some(dial)))
+    } else {
+        Ok((Link::plain(stream), None))
+    }
 }
 
 /// A daemon's refusal of clear text as one line naming both sides' settings.
@@ -179,9 +241,9 @@ fn clear_text_refused(e: EngineError, addr: &str, ours: Encrypt) -> EngineError 
     }
 }
 
-/// `open` as it may go to a daemon that agreed `est`: direct I/O only where offered.
-fn offer_direct(mut open: Open, est: &Established, addr: &str) -> Open {
-    if open.options.direct && !est.capabilities.contains(Capabilities::DIRECT_IO) {
+/// `open` as it may go to a daemon that agreed `caps`: direct I/O only where offered.
+fn offer_direct(mut open: Open, caps: Capabilities, addr: &str) -> Open {
+    if open.options.direct && !caps.contains(Capabilities::DIRECT_IO) {
         tracing::warn!("--direct: the daemon at {addr} does not offer direct I/O; its side goes through its page cache");
         open.options.direct = false;
     }

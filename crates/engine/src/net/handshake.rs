@@ -4,8 +4,8 @@
 use super::transport::{FrameReader, FrameWriter};
 use crate::error::EngineError;
 use sluice_wire::{
-    ClientConfig, ClientHandshake, Established, Frame, HandshakeError, HandshakeStatus,
-    ServerConfig, ServerHandshake, Token,
+    Capabilities, ClientConfig, ClientHandshake, Codec, Established, Frame, HandshakeError,
+    HandshakeStatus, ServerConfig, ServerHandshake, Token,
 };
 use std::time::Duration;
 
@@ -69,19 +69,53 @@ pub fn client_handshake(
     writer: &mut FrameWriter,
     token: Option<Token>,
 ) -> Result<Established, EngineError> {
+    client_handshake_early(reader, writer, token, None).map(|(est, _)| est)
+}
+
+/// Builds, from the capabilities the server chose, the frame that may follow the
+/// client's `AuthProof` at once (a client's `Open`).
+pub(crate) type Early<'a> = &'a dyn Fn(Capabilities) -> Frame;
+
+/// [`client_handshake`], sending `early`'s frame right behind `AuthProof` in the same
+/// write instead of after the server's `AuthOk` (one round trip less). Only for a
+/// connection whose server TLS already authenticated: the frame reaches the server
+/// before its proof is checked. A server that refuses the proof never reads the frame
+/// and answers `AuthFailed`, the same refusal as without it; the client still checks
+/// `AuthOk` before it acts on any answer. Returns whether the frame went (it does not
+/// when the server asks for no proof: then it has to wait for `Welcome` anyway).
+///
+/// # Errors
+/// As [`client_handshake`].
+pub(crate) fn client_handshake_early(
+    reader: &mut FrameReader,
+    writer: &mut FrameWriter,
+    token: Option<Token>,
+    early: Option<Early<'_>>,
+) -> Result<(Established, bool), EngineError> {
     let mut hs = ClientHandshake::new(ClientConfig::new(token), random()?);
     let mut out = Vec::new();
     hs.start(&mut out);
     writer.send_raw(&out)?;
+    let mut sent = false;
     loop {
         let frame = next_frame(reader, "handshaking")?;
         out.clear();
         let status = hs.handle(&frame, &mut out);
+        if let (Some(build), Frame::Welcome(w), Ok(HandshakeStatus::InProgress)) =
+            (early, &frame, &status)
+        {
+            debug_assert!(
+                !out.is_empty(),
+                "AuthProof answers an auth_required Welcome"
+            );
+            build(w.capabilities).encode(&mut out);
+            sent = true;
+        }
         if !out.is_empty() {
             let _ = writer.send_raw(&out);
         }
         match status.map_err(|e| failed(reader.peer(), e))? {
-            HandshakeStatus::Done(est) => return Ok(est),
+            HandshakeStatus::Done(est) => return Ok((est, sent)),
             HandshakeStatus::InProgress => {}
         }
     }

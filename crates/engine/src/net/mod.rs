@@ -20,10 +20,15 @@ pub mod connect;
 pub mod control;
 pub mod handshake;
 pub mod path;
+mod predial;
 pub mod tcp;
 pub mod tls;
 pub mod transport;
 pub mod tuning;
 
+#[cfg(test)]
+mod flights;
+#[cfg(test)]
+mod opening_tests;
 #[cfg(test)]
 mod tests;

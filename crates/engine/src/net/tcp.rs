@@ -175,6 +175,48 @@ pub fn notsent_lowat(stream: &TcpStream) -> Option<u32> {
     .and_then(|v| u32::try_from(v).ok())
 }
 
+/// Caps the rate the kernel paces `stream` at (`SO_MAX_PACING_RATE`), bytes/s. It also
+/// turns the kernel's own pacing on where the congestion control does not ask for it.
+///
+/// # Errors
+/// The kernel refused.
+pub fn set_max_pacing_rate(stream: &TcpStream, bytes_per_sec: u64) -> io::Result<()> {
+    let v: u64 = bytes_per_sec;
+    // SAFETY: the fd is live; `v` is a valid u64 for the call's duration (the kernel
+    // takes the option as an unsigned long where the length says so).
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            std::ptr::addr_of!(v).cast(),
+            libc::socklen_t::try_from(std::mem::size_of::<u64>()).unwrap_or(8),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The pacing cap of `stream`, bytes/s (`u64::MAX`: none).
+pub fn max_pacing_rate(stream: &TcpStream) -> Option<u64> {
+    let mut v: u64 = 0;
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<u64>()).unwrap_or(8);
+    // SAFETY: the fd is live; `v` and `len` are valid for writes of their sizes.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            std::ptr::addr_of_mut!(v).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(v)
+}
+
 /// What [`size_buffers`] got from the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Granted {
@@ -299,5 +341,17 @@ mod tests {
         let g = size_buffers(&c, 1 << 20).unwrap();
         // The kernel doubles the request for its bookkeeping.
         assert!(g.send >= 1 << 20 && g.recv >= 1 << 20, "{g:?}");
+    }
+
+    #[test]
+    fn a_pacing_cap_is_set_and_read_back() {
+        let (c, _s) = pair();
+        assert_eq!(
+            max_pacing_rate(&c),
+            Some(u64::MAX),
+            "no cap on a new socket"
+        );
+        set_max_pacing_rate(&c, 62_500_000).unwrap();
+        assert_eq!(max_pacing_rate(&c), Some(62_500_000));
     }
 }

@@ -24,6 +24,10 @@ use std::time::Duration;
 /// chunks, 6.7 ms at 10 Gbit/s.
 pub const NOTSENT_LOWAT_BYTES: u32 = 8 << 20;
 
+/// The round-trip time from which data connections are paced at their NIC's share
+/// ([`pacing_caps`]): a path long enough for BBR's start-up to overrun a link's queue.
+pub const PACE_FROM_RTT: Duration = Duration::from_millis(1);
+
 /// How this side tunes a session's data connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tuning {
@@ -38,6 +42,9 @@ pub struct Tuning {
     /// What the kernel did not grant, where it capped the buffers (this process may not
     /// force them past `net.core.[rw]mem_max`).
     pub kernel_note: Option<String>,
+    /// The lowest pacing cap a data connection got, bytes/s (its NIC's rate shared by
+    /// the connections through it); `None` where no NIC reported its rate.
+    pub pacing: Option<u64>,
 }
 
 /// Decides the tuning of `streams` data connections from the control connection
@@ -57,6 +64,7 @@ pub fn decide(control: &TcpStream, streams: u16, cap_bytes: u64) -> Tuning {
         plan,
         congestion: tcp::best_congestion(),
         kernel_note: None,
+        pacing: None,
     }
 }
 
@@ -98,9 +106,19 @@ impl Tuning {
     /// The one-line sentence of the human summary and the `--json` `reason`.
     pub fn reason(&self) -> String {
         let cc = self.congestion.unwrap_or("the kernel's default");
+        let paced = match self.pacing {
+            Some(b) => format!(
+                ", paced at most {} Mbit/s each (the NIC's rate shared)",
+                b * 8 / 1_000_000
+            ),
+            None => String::new(),
+        };
         match &self.kernel_note {
-            Some(note) => format!("{}; {note}; congestion control {cc}", self.plan.reason),
-            None => format!("{}; congestion control {cc}", self.plan.reason),
+            Some(note) => format!(
+                "{}; {note}; congestion control {cc}{paced}",
+                self.plan.reason
+            ),
+            None => format!("{}; congestion control {cc}{paced}", self.plan.reason),
         }
     }
 }
@@ -195,12 +213,54 @@ pub fn tune_session(control: &Link, data: &[Link], cap_bytes: u64) -> (Tuning, V
     if let Some(g) = granted.first() {
         t.note_granted(g);
     }
+    // On a LAN start-up cannot overrun anything, and a virtual NIC's rate (veth says
+    // 10 Gbit/s) is no limit there: sluice moves more over veth.
+    t.pacing = (t.rtt >= PACE_FROM_RTT).then(|| pace(data)).flatten();
     tracing::info!("{}", t.reason());
     let handles = data
         .iter()
         .filter_map(|d| d.stream().try_clone().ok())
         .collect();
     (t, handles)
+}
+
+/// Paces every data connection of `data` at most at its share of the link rate of the
+/// NIC it leaves through ([`pacing_caps`]), so that BBR's start-up, which paces at
+/// 2.89 times its estimate, cannot overrun the link into its queue; returns the lowest
+/// cap set, bytes/s.
+fn pace(data: &[Link]) -> Option<u64> {
+    let locals: Vec<Option<IpAddr>> = data
+        .iter()
+        .map(|d| d.stream().local_addr().ok().map(|a| a.ip()))
+        .collect();
+    let caps = pacing_caps(&locals, link_bits_of);
+    let mut lowest: Option<u64> = None;
+    for (d, cap) in data.iter().zip(caps) {
+        let Some(cap) = cap else { continue };
+        match tcp::set_max_pacing_rate(d.stream(), cap) {
+            Ok(()) => lowest = Some(lowest.map_or(cap, |l| l.min(cap))),
+            Err(e) => tracing::warn!("a pacing cap of {cap} B/s refused on a data connection: {e}"),
+        }
+    }
+    lowest
+}
+
+/// Each data connection's pacing cap, bytes/s, by its local address: the rate
+/// `link_bits` reports for the NIC holding that address, shared equally by the data
+/// connections that leave through it; `None` where the rate is unknown.
+pub fn pacing_caps(
+    locals: &[Option<IpAddr>],
+    link_bits: impl Fn(IpAddr) -> Option<u64>,
+) -> Vec<Option<u64>> {
+    locals
+        .iter()
+        .map(|ip| {
+            let ip = (*ip)?;
+            let sharing = locals.iter().filter(|o| **o == Some(ip)).count();
+            let sharing = u64::try_from(sharing).unwrap_or(1).max(1);
+            Some((link_bits(ip)? / 8 / sharing).max(1))
+        })
+        .collect()
 }
 
 /// Each data connection's figures now (before close), in the order given.

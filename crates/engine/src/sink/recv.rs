@@ -6,6 +6,7 @@
 use super::{write, Received, Shared, ABORT_POLL};
 use crate::codec::{CodecInputs, CodecPlan, CodecSite, Decompressor};
 use crate::error::EngineError;
+use crate::monitor::{Stage, StageClock, Time};
 use crate::pipeline::Stages;
 use crate::runtime::{self, queue_for, Runtime};
 use crate::transport::{ChunkReceiver, DataEvent};
@@ -58,10 +59,14 @@ pub(super) fn spawn_decompressors(
         let shared = Arc::clone(shared);
         stages.spawn(runtime, Role::Decompress, d, move || {
             let mut decompressor = Decompressor::new();
+            let mut clock = shared.stats.clock(channel).homed(Stage::Decompress);
             while let Ok(inc) = rx.recv() {
+                clock.dequeued(Stage::Decompress);
+                clock.lap(Stage::Decompress, Time::Idle);
                 let chunk = (inc.header, &inc.segments[..], inc.slot);
                 let to = to_writer.as_ref();
-                if !accept_chunk(&shared, &mut decompressor, channel, chunk, to) {
+                let codec = (&mut decompressor, &mut clock);
+                if !accept_chunk(&shared, codec, channel, chunk, to) {
                     break;
                 }
             }
@@ -110,14 +115,17 @@ fn receive(
     to: &Next,
 ) -> Result<(), EngineError> {
     let mut decompressor = Decompressor::new();
+    let mut clock = shared.stats.clock(channel).homed(Stage::Recv);
     loop {
         let header = match conn.next_event()? {
             DataEvent::Chunk(h) => h,
             DataEvent::Frame(_) | DataEvent::End => return Ok(()),
         };
+        clock.lap(Stage::Recv, Time::Idle);
         let Some(mut slot) = next_slot(shared, pool) else {
             return Ok(());
         };
+        clock.blocked();
         let wire = header.wire_len as usize;
         if wire > slot.len() {
             return Err(EngineError::Config(format!(
@@ -126,7 +134,11 @@ fn receive(
             )));
         }
         conn.payload(&mut slot[..wire])?;
+        clock.worked(Stage::Recv, u64::from(header.wire_len));
         slot.set_filled(wire);
+        // A limited session reads no faster than its rate: TCP's window holds the
+        // source back (`crate::bwlimit`).
+        shared.opts.pace.wait(u64::from(header.wire_len));
         shared.stats.add_wire(channel, u64::from(header.wire_len));
         if let (Some(q), true) = (&to.decompressor, header.compression() != Compression::None) {
             let segments = conn.segments().to_vec();
@@ -139,12 +151,14 @@ fn receive(
             {
                 return Ok(());
             }
+            clock.enqueued(Stage::Decompress);
+            clock.blocked();
             continue;
         }
         let chunk = (header, conn.segments(), slot);
         if !accept_chunk(
             shared,
-            &mut decompressor,
+            (&mut decompressor, &mut clock),
             channel,
             chunk,
             to.writer.as_ref(),
@@ -173,7 +187,7 @@ fn next_slot(shared: &Shared, pool: &Arc<BufferPool>) -> Option<Slot> {
 /// through `to_writer`. `false`: the writers are gone.
 pub(super) fn accept_chunk(
     shared: &Shared,
-    decompressor: &mut Decompressor,
+    (decompressor, clock): (&mut Decompressor, &mut StageClock),
     channel: u32,
     (header, segments, mut slot): (ChunkHeader, &[Segment], Slot),
     to_writer: Option<&Sender<Received>>,
@@ -186,9 +200,12 @@ pub(super) fn accept_chunk(
             nack(shared, &header, segments);
             return true;
         }
+        clock.worked(Stage::Decompress, header.raw_len.into());
         slot.set_filled(raw);
     }
-    if !header.verify(slot.filled_bytes()) {
+    let verified = header.verify(slot.filled_bytes());
+    clock.worked(Stage::Verify, u64::from(header.raw_len));
+    if !verified {
         nack(shared, &header, segments);
         return true;
     }
@@ -196,15 +213,20 @@ pub(super) fn accept_chunk(
     match to_writer {
         Some(q) => {
             let segments = segments.to_vec();
-            q.send(Received {
-                header,
-                segments,
-                slot,
-            })
-            .is_ok()
+            let sent = q
+                .send(Received {
+                    header,
+                    segments,
+                    slot,
+                })
+                .is_ok();
+            clock.enqueued(Stage::Write);
+            clock.blocked();
+            sent
         }
         None => {
             write::write_chunk(shared, &header, segments, slot);
+            clock.worked(Stage::Write, u64::from(header.raw_len));
             true
         }
     }

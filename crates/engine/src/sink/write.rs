@@ -7,6 +7,7 @@ use super::table::Waited;
 use super::{lock, Entry, Pending, Received, Shared};
 use crate::error::EngineError;
 use crate::fs::{self as sinkfs, FsError, ResumeMode, SinkFile};
+use crate::monitor::{Stage, Time};
 use crate::pipeline::Stages;
 use crate::runtime::{Queues, Runtime};
 use crossbeam_channel::bounded;
@@ -37,8 +38,12 @@ pub(super) fn spawn_writers(
             .clone();
         let shared = Arc::clone(shared);
         stages.spawn(runtime, Role::IoWrite, w, move || {
+            let mut clock = shared.stats.clock(channel).homed(Stage::Write);
             while let Ok(inc) = rx.recv() {
+                clock.dequeued(Stage::Write);
+                clock.lap(Stage::Write, Time::Idle);
                 write_chunk(&shared, &inc.header, &inc.segments, inc.slot);
+                clock.worked(Stage::Write, u64::from(inc.header.raw_len));
             }
             Ok(())
         })?;

@@ -2,8 +2,10 @@
 //! it on one of its channel's connections (inline, seed 003), or queued for the
 //! channel's net-send threads; and the compress stage between the readers and the wire.
 
+use crate::bwlimit::Pace;
 use crate::codec::{CodecPlan, Compressor, SharedAuto};
 use crate::error::EngineError;
+use crate::monitor::{Stage, StageClock, Time};
 use crate::pipeline::Stages;
 use crate::runtime::{queue_for, Queues, Runtime};
 use crate::stats::Stats;
@@ -78,15 +80,18 @@ pub(super) struct Outlets {
     pub(super) conns: Conns,
     queues: Queues<Outgoing>,
     stats: Arc<Stats>,
+    /// The session's bandwidth limit, taken before each chunk is sent.
+    pace: Pace,
 }
 
 impl Outlets {
-    pub(super) fn new(inline: bool, conns: Conns, stats: &Arc<Stats>) -> Outlets {
+    pub(super) fn new(inline: bool, conns: Conns, stats: &Arc<Stats>, pace: &Pace) -> Outlets {
         Outlets {
             inline,
             conns,
             queues: HashMap::new(),
             stats: Arc::clone(stats),
+            pace: pace.clone(),
         }
     }
 
@@ -110,8 +115,9 @@ impl Outlets {
                 .clone();
             let conn = Arc::clone(conn);
             let (stats, abort) = (Arc::clone(&self.stats), Arc::clone(abort));
+            let pace = self.pace.clone();
             stages.spawn(runtime, Role::NetSend, i, move || {
-                send_queued(&rx, &conn, channel, &stats, &abort)
+                send_queued(&rx, &conn, channel, (&stats, &pace), &abort)
             })?;
         }
         Ok(())
@@ -130,7 +136,10 @@ impl Outlets {
                 .cloned()
                 .unwrap_or_else(|| self.conns.all.clone()),
             rr: k as usize,
+            clock: self.stats.clock(channel),
+            home: Stage::Read,
             stats: Arc::clone(&self.stats),
+            pace: self.pace.clone(),
         }
     }
 
@@ -146,15 +155,20 @@ fn send_queued(
     rx: &Receiver<Outgoing>,
     conn: &Conn,
     channel: u32,
-    stats: &Stats,
+    (stats, pace): (&Stats, &Pace),
     abort: &AtomicBool,
 ) -> Result<(), EngineError> {
+    let mut clock = stats.clock(channel);
     while let Ok(out) = rx.recv() {
+        clock.dequeued(Stage::Send);
+        clock.lap(Stage::Send, Time::Idle);
         if abort.load(Ordering::Relaxed) {
             break;
         }
+        pace.wait(u64::from(out.header.wire_len));
         let mut c = conn.lock().unwrap_or_else(PoisonError::into_inner);
         c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
+        clock.worked(Stage::Send, u64::from(out.header.wire_len));
         stats.add_wire(channel, u64::from(out.header.wire_len));
     }
     Ok(())
@@ -186,11 +200,13 @@ pub(super) fn start_compress_stage(
             .entry(channel)
             .or_insert_with(|| bounded(2 * threads as usize))
             .clone();
-        let mut dispatch = outlets.dispatch(channel, c);
+        let mut dispatch = outlets.dispatch(channel, c).homed(Stage::Compress);
         let (abort, auto) = (Arc::clone(abort), Arc::clone(auto));
         stages.spawn(runtime, Role::Compress, c, move || {
             let mut compressor = Compressor::sharing(mode, &auto);
             while let Ok(out) = rx.recv() {
+                dispatch.clock.dequeued(Stage::Compress);
+                dispatch.clock.lap(Stage::Compress, Time::Idle);
                 if abort.load(Ordering::Relaxed) || dispatch.ship(out, &mut compressor)?.is_none() {
                     break;
                 }
@@ -212,10 +228,22 @@ pub(super) struct Dispatch {
     own: Vec<Arc<Conn>>,
     /// Round-robin start over `own`.
     rr: usize,
+    /// The thread's stage clock (its stages' time and chunks).
+    pub(super) clock: StageClock,
+    /// The stage of the thread holding it (read, or compress): where the time it waits
+    /// for the senders' queue counts.
+    home: Stage,
     stats: Arc<Stats>,
+    pace: Pace,
 }
 
 impl Dispatch {
+    /// This dispatch for a thread of stage `home`.
+    fn homed(mut self, home: Stage) -> Dispatch {
+        self.home = home;
+        self
+    }
+
     /// Compresses (when on) and sends or queues one chunk. Gives back the chunk's
     /// segment list for reuse when it sent it itself (empty when queued); `Ok(None)`: the
     /// senders are gone (the session is ending).
@@ -226,6 +254,8 @@ impl Dispatch {
     ) -> Result<Option<Vec<Segment>>, EngineError> {
         if !compressor.is_off() {
             compress(&mut out, compressor);
+            self.clock
+                .worked(Stage::Compress, u64::from(out.header.raw_len));
         }
         let filled = out.slot.filled();
         crate::fault::corrupt_if_chosen(&mut out.slot[..filled]);
@@ -240,6 +270,8 @@ impl Dispatch {
                 if q.send(out).is_err() {
                     return Ok(None);
                 }
+                self.clock.enqueued(Stage::Send);
+                self.clock.lap(self.home, Time::Blocked);
                 compressor.record_sent(key, payload, handing.elapsed());
                 Ok(Some(Vec::new()))
             }
@@ -254,10 +286,12 @@ impl Dispatch {
     /// Sends on a free connection of this channel, or waits for one; gives the segment
     /// list back, emptied.
     fn send_inline(&mut self, mut out: Outgoing) -> Result<Vec<Segment>, EngineError> {
+        self.pace.wait(u64::from(out.header.wire_len));
         let n = self.own.len();
         let mut sent = false;
         for k in 0..n {
             if let Ok(mut c) = self.own[(self.rr + k) % n].try_lock() {
+                self.clock.lap(self.home, Time::Blocked);
                 c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
                 sent = true;
                 break;
@@ -267,9 +301,12 @@ impl Dispatch {
             let mut c = self.own[self.rr % n]
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
+            self.clock.lap(self.home, Time::Blocked);
             c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
         }
         self.rr = self.rr.wrapping_add(1);
+        self.clock
+            .worked(Stage::Send, u64::from(out.header.wire_len));
         self.stats
             .add_wire(self.channel, u64::from(out.header.wire_len));
         out.segments.clear();

@@ -193,7 +193,7 @@ impl DataPath<'_> {
         inline: bool,
         conns: Conns,
     ) -> Result<Outlets, EngineError> {
-        let mut outlets = Outlets::new(inline, conns, self.wiring.stats);
+        let mut outlets = Outlets::new(inline, conns, self.wiring.stats, &self.opts.pace);
         outlets.start_senders(stages, self.runtime, self.abort)?;
         let stage =
             dispatch::start_compress_stage(stages, self.runtime, &outlets, self.codec, self.abort)?;

@@ -6,6 +6,7 @@ use super::dispatch::{Dispatch, Outgoing};
 use super::read::{chunk_header, read_work, Failures, OpenFile, ReadFailure};
 use crate::codec::{CompressMode, Compressor, SharedAuto};
 use crate::error::EngineError;
+use crate::monitor::{Stage, Time};
 use crate::readahead::{self, ReadAhead};
 use crate::sched::{Scheduler, Work};
 use crate::stats::Stats;
@@ -100,7 +101,7 @@ impl Reader {
                 match self.sched.next(POLL) {
                     None => return Ok(()),
                     Some(Err(())) => continue,
-                    Some(Ok(work)) => match self.acquire() {
+                    Some(Ok(work)) => match self.acquire(dispatch) {
                         Some(slot) => Some((work, slot)),
                         None => return Ok(()),
                     },
@@ -125,12 +126,14 @@ impl Reader {
 
     /// A slot of this channel's pool, or `None` once the session aborts: never wait for
     /// ever on slots held by a queue whose senders are gone.
-    fn acquire(&self) -> Option<Slot> {
+    fn acquire(&self, dispatch: &mut Dispatch) -> Option<Slot> {
+        dispatch.clock.lap(Stage::Read, Time::Idle);
         loop {
             if self.abort.load(Ordering::Relaxed) {
                 return None;
             }
             if let Some(s) = self.pool.acquire_timeout(POLL) {
+                dispatch.clock.lap(Stage::Read, Time::Blocked);
                 return Some(s);
             }
         }
@@ -177,6 +180,9 @@ impl Reader {
         if let Some(t) = target {
             self.sched.done(t);
         }
+        dispatch
+            .clock
+            .worked(Stage::Read, read.map_or(0, |h| u64::from(h.raw_len)));
         match read {
             Some(header) => self.ship(r, dispatch, header, slot),
             None => Ok(true),
@@ -193,6 +199,7 @@ impl Reader {
         ahead
             .complete(|f| finished.push(f))
             .map_err(|e| EngineError::io("waiting for reads in flight", e))?;
+        dispatch.clock.lap(Stage::Read, Time::Busy);
         let mut going = true;
         for f in finished.drain(..) {
             let (p, result) = match f {
@@ -214,6 +221,9 @@ impl Reader {
             match result {
                 Ok(()) if going => {
                     let header = chunk_header(file, *offset, &p.slot);
+                    dispatch
+                        .clock
+                        .worked(Stage::Read, u64::from(header.raw_len));
                     r.segments.clear();
                     going = self.ship(r, dispatch, header, p.slot)?;
                 }
@@ -256,7 +266,12 @@ impl Reader {
             slot,
         };
         match stage {
-            Some(q) => Ok(q.send(out).is_ok()),
+            Some(q) => {
+                let sent = q.send(out).is_ok();
+                dispatch.clock.enqueued(Stage::Compress);
+                dispatch.clock.lap(Stage::Read, Time::Blocked);
+                Ok(sent)
+            }
             None => match dispatch.ship(out, &mut r.compressor)? {
                 Some(back) if self.inline => {
                     r.segments = back;

@@ -86,3 +86,35 @@ fn a_send_buffer_the_kernel_capped_is_said_in_the_reason() {
         "{reason}"
     );
 }
+
+#[test]
+fn each_data_connection_is_paced_at_its_share_of_its_own_nic() {
+    let (one, two, other): (IpAddr, IpAddr, IpAddr) = (
+        "10.0.1.1".parse().unwrap(),
+        "10.0.2.1".parse().unwrap(),
+        "10.0.3.1".parse().unwrap(),
+    );
+    // Two 1 Gbit/s links: two connections leave through the first, one through the
+    // second; the third address's NIC says nothing; one socket has no address.
+    let bits = |ip: IpAddr| (ip != other).then_some(1_000_000_000);
+    let caps = pacing_caps(&[Some(one), Some(two), Some(one), Some(other), None], bits);
+    assert_eq!(
+        caps,
+        vec![
+            Some(62_500_000),
+            Some(125_000_000),
+            Some(62_500_000),
+            None,
+            None
+        ]
+    );
+}
+
+#[test]
+fn a_session_on_loopback_is_not_paced() {
+    let (c, _s) = pair();
+    let (d, _ds) = pair();
+    let (t, _) = tune_session(&Link::plain(c), &[Link::plain(d)], 64 << 20);
+    assert_eq!(t.pacing, None, "loopback reports no rate");
+    assert!(!t.reason().contains("paced"), "{}", t.reason());
+}

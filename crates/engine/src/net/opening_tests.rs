@@ -1,0 +1,219 @@
+//! How many one-way trips opening a session takes, counted by [`FlightProxy`] (not
+//! timed), against a server that answers its data connections concurrently as the
+//! daemon does; and that a pipelined `Open` behind a wrong proof is still refused.
+
+use super::accept;
+use super::connect::open_session;
+use super::flights::FlightProxy;
+use super::tls::{ClientTls, Encrypt, Link, ServerTls, Trust};
+use crate::error::EngineError;
+use sluice_wire::{
+    Direction, ErrorCode, Frame, JoinTable, Open, OpenOptions, Token, MIN_CHUNK_BYTES,
+};
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+type Table = Arc<Mutex<Option<JoinTable>>>;
+/// What a server answers a session with: the client's `Open` and the data connections.
+type Served = Result<(Open, Vec<Link>), EngineError>;
+
+/// Serves one session on `listener` like the daemon: every connection on a thread of
+/// its own from the moment it is accepted (data connections may arrive before the
+/// session is opened). Returns the `Open` and the data connections in stream order.
+fn serve_concurrently(
+    listener: TcpListener,
+    token: Option<Token>,
+    streams: u16,
+    tls: ServerTls,
+) -> Served {
+    serve_refusing(listener, token, streams, tls, 0)
+}
+
+/// [`serve_concurrently`], closing the first `refuse` data connections at once (as a
+/// daemon at its limit of unauthenticated connections per address does) and sending
+/// `Accept` only once it has: those are the ones the client dialled ahead.
+fn serve_refusing(
+    listener: TcpListener,
+    token: Option<Token>,
+    streams: u16,
+    tls: ServerTls,
+    refuse: usize,
+) -> Served {
+    let table: Table = Arc::new(Mutex::new(None));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let (refused_tx, refused) = crossbeam_channel::unbounded();
+    let (s, _) = listener.accept().expect("the control connection");
+    let tls = Arc::new(tls);
+    let (t, d) = (Arc::clone(&table), Arc::clone(&tls));
+    std::thread::spawn(move || {
+        let mut conns = listener.incoming();
+        for conn in conns.by_ref().take(refuse) {
+            drop(conn);
+            let _ = refused_tx.send(());
+        }
+        for conn in conns.take(usize::from(streams)) {
+            let (t, d, tx) = (Arc::clone(&t), Arc::clone(&d), tx.clone());
+            let conn = conn.expect("a data connection");
+            std::thread::spawn(move || {
+                let _ = tx.send(join_one(conn, &t, &d));
+            });
+        }
+    });
+    let (mut reader, mut writer) = accept::incoming(s, &tls)?;
+    let hello = accept::read_first(&mut reader, &mut writer)?.expect("a first frame");
+    let est = accept::server_handshake(hello, &mut reader, &mut writer, token)?;
+    let open = accept::read_open(&mut reader)?.expect("an Open");
+    for _ in 0..refuse {
+        let wait = std::time::Duration::from_secs(30);
+        refused
+            .recv_timeout(wait)
+            .expect("a connection dialled ahead");
+    }
+    let accept = accept::new_accept(streams, MIN_CHUNK_BYTES)?;
+    let key = est.join_key(&accept.session_secret);
+    *table.lock().expect("the table") = Some(JoinTable::new(&accept, key));
+    accept::send_accept(
+        &mut writer,
+        &est,
+        &accept,
+        sluice_wire::Addresses::default(),
+    )?;
+    let mut conns: Vec<Option<Link>> = (0..streams).map(|_| None).collect();
+    for _ in 0..streams {
+        let (i, link) = rx.recv().expect("a join's outcome")?;
+        assert!(conns[usize::from(i)].replace(link).is_none(), "{i} twice");
+    }
+    Ok((open, conns.into_iter().flatten().collect()))
+}
+
+/// One data connection: TLS, its `Join` answered against the session's table.
+fn join_one(
+    conn: std::net::TcpStream,
+    table: &Table,
+    tls: &ServerTls,
+) -> Result<(u16, Link), EngineError> {
+    let (mut reader, mut writer) = accept::incoming(conn, tls)?;
+    let Some(Frame::Join(join)) = reader.next("joining")? else {
+        return Err(EngineError::Aborted("expected Join".into()));
+    };
+    let mut out = Vec::new();
+    let joined = {
+        let mut t = table.lock().expect("the table");
+        let t = t.as_mut().expect("the session is open before any Join");
+        t.handle(&join, &mut out)
+    };
+    accept::finish_join(joined, &out, reader, &mut writer)
+}
+
+fn open_frame(streams: u16) -> Open {
+    Open {
+        direction: Direction::Push,
+        path: "x".into(),
+        options: OpenOptions {
+            streams,
+            ..OpenOptions::default()
+        },
+    }
+}
+
+/// A TLS server with a token and a client pinned to it, through a [`FlightProxy`]:
+/// (the proxy, the client's result, the server's result).
+fn open_through_proxy(
+    client_token: &[u8],
+    streams: u16,
+) -> (
+    FlightProxy,
+    Result<super::connect::Opened, EngineError>,
+    Served,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let proxy = FlightProxy::start(listener.local_addr().expect("addr"));
+    let server = ServerTls::ephemeral(Encrypt::Always).expect("an identity");
+    let client = ClientTls {
+        encrypt: Encrypt::Always,
+        trust: Trust::Pinned(server.fingerprint()),
+    };
+    let token = Token::new(b"secret".to_vec()).expect("a token");
+    let served =
+        std::thread::spawn(move || serve_concurrently(listener, Some(token), streams, server));
+    let theirs = Token::new(client_token.to_vec()).expect("a token");
+    let addr = proxy.addr().to_string();
+    let opened = open_session(&addr, Some(theirs), open_frame(streams), &client);
+    let served = served.join().expect("the server thread");
+    (proxy, opened, served)
+}
+
+/// The TLS and TCP handshakes of the data connections run alongside the control
+/// handshake, `Open` follows the proof without waiting for `AuthOk`, and every `Join`
+/// goes as soon as `Accept` names the key: 8 flights until every stream is joined
+/// (ClientHello; server's flight; Finished + Hello + the data ClientHellos; Welcome;
+/// AuthProof + Open + the data Finished; AuthOk + Accept; Join; Joined), where one
+/// step after the other took 12. With the TCP handshakes the proxy does not see (the
+/// control connection's, and before, the data connections' after `Accept`), a session
+/// now opens in 5 round trips instead of 8.
+#[test]
+fn a_session_opens_in_eight_flights_through_tls_with_a_token() {
+    let (proxy, opened, served) = open_through_proxy(b"secret", 3);
+    let flights = proxy.flights();
+    let mut opened = opened.expect("opened");
+    let (open, mut data) = served.expect("served");
+    assert_eq!(open.path, "x");
+    assert_eq!((opened.data.len(), data.len()), (3, 3));
+    assert!(opened.data.iter().all(Link::is_tls));
+    eprintln!("opening took {flights} flights");
+    assert!(
+        flights <= 8,
+        "{flights} one-way trips until every stream joined"
+    );
+    // Each stream carries bytes to its own index on the other side.
+    for ((c, s), mark) in opened.data.iter_mut().zip(data.iter_mut()).zip(0u8..) {
+        c.write_all(&[mark; 2]).expect("write");
+        let mut got = [0u8; 2];
+        s.read_exact(&mut got).expect("read");
+        assert_eq!(got, [mark; 2]);
+    }
+}
+
+/// A wrong proof with `Open` pipelined behind it: the server refuses the proof and
+/// never reads the `Open`; the user sees the same refusal as without pipelining.
+#[test]
+fn a_pipelined_open_behind_a_wrong_proof_is_refused_as_before() {
+    let (_proxy, opened, served) = open_through_proxy(b"wrong", 1);
+    let err = opened.expect_err("refused");
+    assert!(
+        matches!(
+            err,
+            EngineError::HandshakeRefused {
+                code: ErrorCode::AuthFailed,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let served = served.expect_err("the server refused");
+    assert!(
+        matches!(served, EngineError::Handshake { .. }),
+        "{served:?}"
+    );
+}
+
+/// Data connections dialled ahead that the server closed (refused) are dialled again
+/// once the session is open: the session still gets every stream.
+#[test]
+fn data_connections_refused_while_dialled_ahead_are_dialled_again() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let server = ServerTls::ephemeral(Encrypt::Always).expect("an identity");
+    let client = ClientTls {
+        encrypt: Encrypt::Always,
+        trust: Trust::Pinned(server.fingerprint()),
+    };
+    let token = Token::new(b"secret".to_vec()).expect("a token");
+    let theirs = token.clone();
+    // Both of the client's connections dialled ahead are closed unanswered.
+    let served = std::thread::spawn(move || serve_refusing(listener, Some(token), 2, server, 2));
+    let opened = open_session(&addr, Some(theirs), open_frame(2), &client).expect("opened");
+    let (_, data) = served.join().expect("the server thread").expect("served");
+    assert_eq!((opened.data.len(), data.len()), (2, 2));
+}

@@ -1,0 +1,127 @@
+//! Data connections dialled while the control handshake still runs.
+//!
+//! On a long path each data connection costs a TCP and a TLS round trip before its
+//! `Join` can go; neither needs anything the control handshake settles (the TLS of a
+//! data connection is pinned to the certificate the control connection presented,
+//! known once its TLS is up). So an encrypting client dials the first group of data
+//! connections (up to 8) as soon as the control connection is secured, and each
+//! `Join` goes the moment `Accept` names the key. A connection the session turns out
+//! not to need (the daemon granted fewer streams, or advertised another address for
+//! it) is closed in order; one that failed (a daemon at its per-address limit of
+//! unauthenticated connections answers a clear `Busy`, which fails the TLS handshake)
+//! is dialled again the ordinary way once the control connection has authenticated,
+//! so the user sees the same outcome as before. Clear-text sessions dial after
+//! `Accept` as before: there a refusal would show only at the `Join`.
+
+use super::handshake::HANDSHAKE_TIMEOUT;
+use super::tls::{DataDial, Link};
+use crate::error::EngineError;
+use crossbeam_channel::{bounded, Receiver};
+use std::net::TcpStream;
+
+/// A data connection dialled ahead: the link and the address it went to.
+pub(crate) type Dialled = Result<(Link, String), EngineError>;
+
+/// The data connections dialled ahead, by stream index.
+pub(crate) struct Predialled {
+    slots: Vec<Option<Receiver<Dialled>>>,
+}
+
+impl Predialled {
+    /// Starts dialling streams `0..count`, each on a thread of its own: stream `i` to
+    /// `hosts[i mod n]` (the user's list), else to `named`; TLS with `dial` when the
+    /// session is encrypted.
+    pub(crate) fn start(
+        hosts: &[&str],
+        named: &str,
+        dial: Option<&DataDial>,
+        count: u16,
+    ) -> Predialled {
+        let slots = (0..count)
+            .map(|i| {
+                let target = hosts
+                    .get(usize::from(i) % hosts.len().max(1))
+                    .copied()
+                    .unwrap_or(named)
+                    .to_string();
+                spawn_dial(i, target, dial.cloned())
+            })
+            .collect();
+        Predialled { slots }
+    }
+
+    /// Stream `i`'s connection dialled ahead, if one was (received by whoever joins it).
+    pub(crate) fn take(&mut self, i: u16) -> Option<Receiver<Dialled>> {
+        self.slots.get_mut(usize::from(i)).and_then(Option::take)
+    }
+}
+
+impl Drop for Predialled {
+    /// Closes, in order, every connection dialled ahead that nobody took.
+    fn drop(&mut self) {
+        for rx in self.slots.iter_mut().filter_map(Option::take) {
+            if let Ok(Ok((link, _))) = rx.try_recv() {
+                link.close();
+            }
+            // One still dialling finds the receiver gone and closes its own.
+        }
+    }
+}
+
+/// Dials `target` for stream `i` on a thread; `None` when no thread could start (the
+/// stream is then dialled the ordinary way).
+fn spawn_dial(i: u16, target: String, dial: Option<DataDial>) -> Option<Receiver<Dialled>> {
+    let (tx, rx) = bounded(1);
+    let spawned = std::thread::Builder::new()
+        .name(format!("dial-{i}"))
+        .spawn(move || {
+            let dialled = dial_one(i, &target, dial.as_ref()).map(|l| (l, target));
+            if let Err(e) = tx.send(dialled) {
+                if let Ok((link, _)) = e.into_inner() {
+                    link.close();
+                }
+            }
+        });
+    spawned.ok().map(|_| rx)
+}
+
+/// Data connection `i` to `target`: connected and, when `dial` says so, secured.
+fn dial_one(i: u16, target: &str, dial: Option<&DataDial>) -> Result<Link, EngineError> {
+    let s = TcpStream::connect(target)
+        .map_err(|e| EngineError::io(format!("opening data connection {i} to {target}"), e))?;
+    match dial {
+        Some(d) => d.secure(s, HANDSHAKE_TIMEOUT),
+        None => Ok(Link::plain(s)),
+    }
+}
+
+/// Whether a connection dialled ahead to `peer` may serve a stream the daemon
+/// advertised `advertised` for (`None`: no advertisement, or the user named several
+/// hosts and the list decides).
+pub(crate) fn fits(
+    peer: Option<std::net::SocketAddr>,
+    advertised: Option<std::net::SocketAddr>,
+) -> bool {
+    match advertised {
+        None => true,
+        Some(a) => peer == Some(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fits;
+
+    #[test]
+    fn a_connection_dialled_ahead_fits_where_no_other_address_was_advertised() {
+        let dialled: std::net::SocketAddr = "192.0.2.1:7000".parse().unwrap();
+        let other: std::net::SocketAddr = "192.0.2.2:7000".parse().unwrap();
+        assert!(fits(Some(dialled), None));
+        assert!(fits(Some(dialled), Some(dialled)));
+        assert!(
+            !fits(Some(dialled), Some(other)),
+            "the daemon wants another NIC"
+        );
+        assert!(!fits(None, Some(other)));
+    }
+}
