@@ -212,6 +212,7 @@ class Receiver:
             insecure_no_auth=insecure_no_auth, encrypt=encrypt, cert=_path(cert),
             key=_path(key), state_dir=_path(state_dir))
         self._series_events = series_events
+        self._held: Optional[Tuple[int, dict[str, Any], int, Meta]] = None
 
     @property
     def address(self) -> str:
@@ -273,12 +274,19 @@ class Receiver:
                 return None
             kind, _, _, meta = head
             if kind == _FRAME:
-                self._raw.read_payload(_writable_view(out))
+                try:
+                    self._raw.read_payload(_writable_view(out))
+                except UsageError:
+                    self._held = head                 # the frame waits for a right buffer
+                    raise
                 return meta
             if self._series_events:
                 return meta
 
     def _next(self) -> Optional[Tuple[int, dict[str, Any], int, Meta]]:
+        held, self._held = self._held, None
+        if held is not None:
+            return held
         got = self._raw.next_header()
         if got is None:
             return None
