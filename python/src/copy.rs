@@ -146,7 +146,6 @@ fn config(
         pipeline: Pipeline::Auto,
         direct: !f.buffered,
         chunk_acks: true,
-        ..SessionOptions::default()
     };
     Ok(CopyConfig {
         sources,

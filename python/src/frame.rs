@@ -63,7 +63,7 @@ pub struct Header {
 
 impl Header {
     /// Bytes of the header with its info.
-    pub fn len(&self) -> usize {
+    pub fn head_bytes(&self) -> usize {
         FIXED_BYTES + self.info_bytes as usize
     }
 
@@ -118,14 +118,14 @@ impl Header {
             payload_bytes: u64_at(24),
             info_bytes: u32::from_le_bytes(info),
         };
-        if header.info_bytes as usize > INFO_BYTES_MAX || header.len() > record.len() {
+        if header.info_bytes as usize > INFO_BYTES_MAX || header.head_bytes() > record.len() {
             return Err(format!(
                 "a message's info of {} bytes does not fit its {}-byte record",
                 header.info_bytes,
                 record.len()
             ));
         }
-        let carried = (record.len() - header.len()) as u64;
+        let carried = (record.len() - header.head_bytes()) as u64;
         if carried > header.payload_bytes {
             return Err(format!(
                 "a record carries {carried} payload bytes, more than its message's {}",

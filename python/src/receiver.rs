@@ -26,6 +26,9 @@ struct Pending {
     at: usize,
 }
 
+/// `(kind, frame_id, series, info, payload_bytes)`, as `next_header` returns it.
+type HeaderTuple<'py> = (u8, u64, u64, Bound<'py, PyBytes>, u64);
+
 /// Where the stream stands.
 enum Phase {
     /// Listening; the sender has not been accepted.
@@ -136,7 +139,7 @@ impl RawReceiver {
     fn next_header<'py>(
         &self,
         py: Python<'py>,
-    ) -> PyResult<Option<(u8, u64, u64, Bound<'py, PyBytes>, u64)>> {
+    ) -> PyResult<Option<HeaderTuple<'py>>> {
         let got = py.detach(|| -> PyResult<Option<(Header, Vec<u8>)>> {
             let mut state = lock(&self.state);
             state.skip_payload()?;
@@ -227,9 +230,9 @@ impl State {
             self.end();
             return Ok(None);
         }
-        let info = bytes[crate::frame::FIXED_BYTES..header.len()].to_vec();
+        let info = bytes[crate::frame::FIXED_BYTES..header.head_bytes()].to_vec();
         self.pending = Some(Pending {
-            at: header.len(),
+            at: header.head_bytes(),
             header,
             first,
         });

@@ -195,7 +195,7 @@ fn push_message(
     payload: &[u8],
     last: bool,
 ) -> Result<(), EngineError> {
-    let head = header.len();
+    let head = header.head_bytes();
     debug_assert!(head <= record_bytes);
     let first = (record_bytes - head).min(payload.len());
     let mut rest = &payload[first..];

@@ -235,3 +235,21 @@ def _send_bad_meta(url: str) -> bool:
 def test_a_receiver_off_loopback_needs_a_token() -> None:
     with pytest.raises(sluice.UsageError, match="not a loopback address"):
         sluice.Receiver(listen="0.0.0.0:0", **SMALL)
+
+
+def test_a_plain_byte_stream_is_refused_by_a_python_receiver(tmp_path: Any) -> None:
+    """`sluice stream send` sends bytes, not messages: the receiver says so."""
+    import subprocess
+
+    from conftest import sluice_bin
+
+    rx = sluice.Receiver(**SMALL)
+    data = tmp_path / "bytes"
+    data.write_bytes(b"not a message" * 100)
+    cli = subprocess.Popen([sluice_bin(), "stream", "send", rx.url, str(data),
+                            "--chunk-size", "1MiB", "--record-size", "65536"],
+                           stderr=subprocess.PIPE, text=True)
+    with pytest.raises(sluice.TransferError, match="does not start a sluice Python message"):
+        next(rx)
+    rx.close()
+    cli.wait(timeout=60)
