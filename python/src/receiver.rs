@@ -136,10 +136,7 @@ impl RawReceiver {
 
     /// The next message's `(kind, frame_id, series, info, payload_bytes)`, or `None`
     /// at the end of the stream. A payload not read by then is skipped.
-    fn next_header<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> PyResult<Option<HeaderTuple<'py>>> {
+    fn next_header<'py>(&self, py: Python<'py>) -> PyResult<Option<HeaderTuple<'py>>> {
         let got = py.detach(|| -> PyResult<Option<(Header, Vec<u8>)>> {
             let mut state = lock(&self.state);
             state.skip_payload()?;
