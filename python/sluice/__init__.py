@@ -255,10 +255,7 @@ class Receiver:
                 if self._series_events:
                     return None, meta
                 continue
-            arr = np.empty(tuple(info["shape"]), dtype=np.dtype(info["dtype"]))
-            if arr.nbytes != nbytes:
-                raise TransferError(f"frame {meta.frame_id}: {nbytes} bytes do not make "
-                                    f"a {info['dtype']} array of shape {info['shape']}")
+            arr = _array_for(info, nbytes, meta.frame_id)
             self._raw.read_payload(_writable_view(arr))
             return arr, meta
 
@@ -307,6 +304,26 @@ class Receiver:
 
     def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
         self.close()
+
+
+def _array_for(info: dict[str, Any], nbytes: int, frame_id: int) -> np.ndarray:
+    """An empty array for a frame of `nbytes` described by the sender's `info`, checked
+    before anything is allocated: a plain dtype (no Python objects, whose bytes would
+    be pointers) and a shape whose size is exactly the payload's."""
+    what = f"frame {frame_id}: dtype {info.get('dtype')!r}, shape {info.get('shape')!r}"
+    try:
+        dtype = np.dtype(info["dtype"])
+        shape = tuple(int(n) for n in info["shape"])
+    except (KeyError, TypeError, ValueError):
+        raise TransferError(f"{what}: not an array description") from None
+    if dtype.hasobject or any(n < 0 for n in shape):
+        raise TransferError(f"{what}: not an array of plain values")
+    size = dtype.itemsize
+    for n in shape:
+        size *= n
+    if size != nbytes:
+        raise TransferError(f"{what}: {size} bytes, but the frame carries {nbytes}")
+    return np.empty(shape, dtype=dtype)
 
 
 def _writable_view(out: Any) -> memoryview:

@@ -253,3 +253,28 @@ def test_a_plain_byte_stream_is_refused_by_a_python_receiver(tmp_path: Any) -> N
         next(rx)
     rx.close()
     cli.wait(timeout=60)
+
+
+@pytest.mark.parametrize("info", [
+    {"dtype": "O", "shape": [2], "meta": {}},          # pointers: never written from the wire
+    {"dtype": "<u2", "shape": [10**12], "meta": {}},   # not what the payload holds
+    {"dtype": "<u2", "shape": [-4], "meta": {}},
+    {"dtype": "nonsense", "shape": [2], "meta": {}},
+])
+def test_a_forged_array_description_is_refused_before_allocating(info: dict[str, Any]) -> None:
+    import json
+
+    from sluice._sluice import RawSender
+
+    rx = sluice.Receiver(**SMALL)
+
+    def send() -> None:
+        tx = RawSender(rx.url, **SMALL)
+        tx.send(0, 0, json.dumps(info).encode(), memoryview(b"\0" * 16))
+        tx.abort()
+
+    t, out = run_sender(send)
+    with pytest.raises(sluice.TransferError, match="frame 0"):
+        next(rx)
+    rx.close()
+    t.join()
