@@ -125,6 +125,7 @@ class Sender:
             strict_host_key=strict_host_key)
         self._series = 0
         self._in_series: Optional[int] = None
+        self._aborted = False
         self.summary: Optional[dict[str, Any]] = None
 
     def send(self, array: Any, meta: Optional[dict[str, Any]] = None) -> int:
@@ -162,13 +163,14 @@ class Sender:
 
     def abort(self) -> None:
         """Abandons the stream: the receiver raises rather than see it end."""
+        self._aborted = True
         self._raw.abort()
 
     def __enter__(self) -> "Sender":
         return self
 
     def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
-        if kind is None:
+        if kind is None and not self._aborted:
             self.close()
         else:
             self.abort()

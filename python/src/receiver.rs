@@ -11,12 +11,14 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use sluice_buffers::Slot;
 use sluice_engine::net::tls::ServerTls;
-use sluice_engine::stream::{StreamReceiver, StreamSummary};
+use sluice_engine::stream::{Polled, StreamReceiver, StreamSummary};
 use sluice_engine::{EngineError, Runtime};
 use sluice_wire::Token;
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 /// A message whose header was read and whose payload is still in the stream: the
 /// first record (payload from `at`) and the bytes still to come after it.
@@ -28,6 +30,12 @@ struct Pending {
 
 /// `(kind, frame_id, series, info, payload_bytes)`, as `next_header` returns it.
 type HeaderTuple<'py> = (u8, u64, u64, Bound<'py, PyBytes>, u64);
+
+/// A message's header and info, or `None` at the end of the stream.
+type Next = Option<(Header, Vec<u8>)>;
+
+/// How long one wait for the sender lasts before Python may handle a signal.
+const WAIT_SLICE: Duration = Duration::from_millis(200);
 
 /// Where the stream stands.
 enum Phase {
@@ -56,6 +64,8 @@ struct State {
 #[pyclass(module = "sluice._sluice")]
 pub struct RawReceiver {
     state: Mutex<State>,
+    /// The listener's descriptor, polled while the sender has not come.
+    listen_fd: RawFd,
     address: SocketAddr,
     fingerprint: String,
 }
@@ -106,6 +116,7 @@ impl RawReceiver {
             .local_addr()
             .map_err(|e| engine(EngineError::io("reading the listening address", e)))?;
         let fingerprint = tls.fingerprint().to_string();
+        let listen_fd = listener.as_raw_fd();
         let waiting = Waiting {
             listener,
             token,
@@ -117,6 +128,7 @@ impl RawReceiver {
                 phase: Phase::Waiting(Box::new(waiting)),
                 pending: None,
             }),
+            listen_fd,
             address,
             fingerprint,
         })
@@ -137,11 +149,19 @@ impl RawReceiver {
     /// The next message's `(kind, frame_id, series, info, payload_bytes)`, or `None`
     /// at the end of the stream. A payload not read by then is skipped.
     fn next_header<'py>(&self, py: Python<'py>) -> PyResult<Option<HeaderTuple<'py>>> {
-        let got = py.detach(|| -> PyResult<Option<(Header, Vec<u8>)>> {
-            let mut state = lock(&self.state);
-            state.skip_payload()?;
-            state.next_header()
-        })?;
+        self.wait_for_sender(py)?;
+        let got = loop {
+            let step = py.detach(|| -> PyResult<Option<Next>> {
+                let mut state = lock(&self.state);
+                state.skip_payload()?;
+                state.poll_header(WAIT_SLICE)
+            })?;
+            match step {
+                Some(next) => break next,
+                // Nothing yet: a Ctrl-C raises KeyboardInterrupt here.
+                None => py.check_signals()?,
+            }
+        };
         Ok(got.map(|(h, info)| {
             let info = PyBytes::new(py, &info);
             (h.kind as u8, h.frame_id, h.series, info, h.payload_bytes)
@@ -186,6 +206,35 @@ impl RawReceiver {
     }
 }
 
+impl RawReceiver {
+    /// Waits, in slices that let Python handle a Ctrl-C, until a sender knocks (when
+    /// none has been accepted yet).
+    fn wait_for_sender(&self, py: Python<'_>) -> PyResult<()> {
+        while matches!(lock(&self.state).phase, Phase::Waiting(_)) {
+            if py.detach(|| readable(self.listen_fd, WAIT_SLICE)) {
+                return Ok(());
+            }
+            py.check_signals()?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `fd` becomes readable (a connection to accept) within `wait`.
+fn readable(fd: RawFd, wait: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `pfd` is one valid pollfd for the duration of the call; an fd that was
+    // closed meanwhile only makes poll report POLLNVAL.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    // -1 (EINTR: a signal) is "not yet", so that the caller lets Python handle it.
+    n > 0
+}
+
 impl State {
     /// The receiver, accepting the sender first if it has not been.
     fn receiver(&mut self) -> PyResult<Option<&mut StreamReceiver>> {
@@ -214,18 +263,31 @@ impl State {
         })
     }
 
-    /// Reads the next message's header; the end message ends the stream (`CloseAck`:
-    /// every message before it is in the caller's hands).
-    fn next_header(&mut self) -> PyResult<Option<(Header, Vec<u8>)>> {
-        let Some(first) = self.record()? else {
+    /// Reads the next message's header if its record arrives within `wait` (`None`:
+    /// not yet); the end message ends the stream (`CloseAck`: every message before it
+    /// is in the caller's hands).
+    fn poll_header(&mut self, wait: Duration) -> PyResult<Option<Next>> {
+        let Some(r) = self.receiver()? else {
             self.end();
-            return Ok(None);
+            return Ok(Some(None));
+        };
+        let first = match r.poll_record(wait) {
+            Ok(Polled::Record(slot)) => slot,
+            Ok(Polled::End) => {
+                self.end();
+                return Ok(Some(None));
+            }
+            Ok(Polled::NotYet) => return Ok(None),
+            Err(e) => {
+                self.phase = Phase::Done(None);
+                return Err(engine(e));
+            }
         };
         let bytes = first.filled_bytes();
         let header = Header::decode(bytes).map_err(|m| self.broken(m))?;
         if header.kind == Kind::End {
             self.end();
-            return Ok(None);
+            return Ok(Some(None));
         }
         let info = bytes[crate::frame::FIXED_BYTES..header.head_bytes()].to_vec();
         self.pending = Some(Pending {
@@ -233,7 +295,7 @@ impl State {
             header,
             first,
         });
-        Ok(Some((header, info)))
+        Ok(Some(Some((header, info))))
     }
 
     /// The stream ended well: the sender hears so.

@@ -10,7 +10,7 @@ use crate::error::EngineError;
 use crate::net::tls::{Link, ServerTls};
 use crate::runtime::Runtime;
 use crate::transport::{ChunkReceiver, DataEvent, FrameWriter};
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use sluice_buffers::{BufferPool, Slot};
 use sluice_placement::Role;
 use sluice_session::stream::{
@@ -63,6 +63,17 @@ fn write_records(
             .map_err(|e| EngineError::io("writing the stream's output", e))?;
     }
     Ok(())
+}
+
+/// What [`StreamReceiver::poll_record`] found.
+#[derive(Debug)]
+pub enum Polled {
+    /// The next record, in stream order.
+    Record(Slot),
+    /// The stream has ended (after its last record, or empty).
+    End,
+    /// The record due has not arrived within the wait.
+    NotYet,
 }
 
 /// The receiving end as a library API: records in order, one at a time, each in its
@@ -135,21 +146,47 @@ impl StreamReceiver {
     /// A connection failed or closed in the middle of the stream, or a record broke the
     /// stream's order.
     pub fn next_record(&mut self) -> Result<Option<Slot>, EngineError> {
+        let started = std::time::Instant::now();
+        loop {
+            let left = RECORD_TIMEOUT.saturating_sub(started.elapsed());
+            match self.poll_record(left)? {
+                Polled::Record(slot) => return Ok(Some(slot)),
+                Polled::End => return Ok(None),
+                Polled::NotYet if left.is_zero() => {
+                    self.ended = true;
+                    return connections_ended(&mut self.queues, &mut self.threads, &self.order)
+                        .map(|()| None);
+                }
+                Polled::NotYet => {}
+            }
+        }
+    }
+
+    /// [`StreamReceiver::next_record`] waiting at most `wait` (a caller that must
+    /// look up now and then, e.g. for a Ctrl-C, waits in slices).
+    ///
+    /// # Errors
+    /// As [`StreamReceiver::next_record`].
+    pub fn poll_record(&mut self, wait: Duration) -> Result<Polled, EngineError> {
         if self.ended {
-            return Ok(None);
+            return Ok(Polled::End);
         }
         let q = &self.queues[self.order.next_connection()];
-        let Ok((h, slot)) = q.recv_timeout(RECORD_TIMEOUT) else {
-            self.ended = true;
-            return connections_ended(&mut self.queues, &mut self.threads, &self.order)
-                .map(|()| None);
+        let (h, slot) = match q.recv_timeout(wait) {
+            Ok(record) => record,
+            Err(RecvTimeoutError::Timeout) => return Ok(Polled::NotYet),
+            Err(RecvTimeoutError::Disconnected) => {
+                self.ended = true;
+                return connections_ended(&mut self.queues, &mut self.threads, &self.order)
+                    .map(|()| Polled::End);
+            }
         };
         let last = self
             .order
             .arrived(&h)
             .map_err(|e| EngineError::Aborted(e.to_string()))?;
         self.ended = last;
-        Ok(Some(slot))
+        Ok(Polled::Record(slot))
     }
 
     /// Records taken so far.
