@@ -32,7 +32,7 @@ mod accept;
 mod recv;
 mod send;
 
-pub use recv::receive_to;
+pub use recv::{receive_to, Polled, StreamReceiver};
 pub use sluice_session::stream::MAX_RESENDS;
 
 use crate::codec::plan::announce;

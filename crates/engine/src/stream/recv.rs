@@ -10,7 +10,7 @@ use crate::error::EngineError;
 use crate::net::tls::{Link, ServerTls};
 use crate::runtime::Runtime;
 use crate::transport::{ChunkReceiver, DataEvent, FrameWriter};
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use sluice_buffers::{BufferPool, Slot};
 use sluice_placement::Role;
 use sluice_session::stream::{
@@ -42,36 +42,172 @@ pub fn receive_to(
     runtime: Arc<Runtime>,
     mut output: impl Write,
 ) -> Result<StreamSummary, EngineError> {
-    let started = std::time::Instant::now();
-    let Accepted {
-        reader,
-        writer,
-        acked,
-        data,
-    } = accept_session(listener, token, tls, &runtime)?;
-    let _control_events =
-        spawn_reader(reader).map_err(|e| EngineError::io("starting the control reader", e))?;
-    // The net-recv threads acknowledge records on the control connection.
-    let writer = Arc::new(Mutex::new(writer));
-    let asked_again = Arc::new(AtomicU64::new(0));
-    let answer = acked.then(|| Arc::clone(&writer));
-    let (mut queues, mut threads) = spawn_receivers(&runtime, data, answer, &asked_again)?;
-    let mut order = RecordOrder::new(queues.len());
-    let result = write_records(&mut queues, &mut threads, &mut order, &mut output);
+    let mut receiver = StreamReceiver::accept(listener, token, tls, runtime)?;
+    let result = write_records(&mut receiver, &mut output);
     let flushed = output
         .flush()
         .map_err(|e| EngineError::io("writing the stream's output", e));
-    drop(queues);
     result?;
     flushed?;
-    let _ = lock(&writer).send(&Frame::CloseAck(sluice_wire::CloseAck));
-    Ok(StreamSummary {
-        bytes: order.bytes(),
-        wire_bytes: order.wire_bytes(),
-        records: order.records(),
-        records_resent: asked_again.load(Ordering::Relaxed),
-        seconds: started.elapsed().as_secs_f64(),
-    })
+    Ok(receiver.finish())
+}
+
+/// Writes every record `receiver` yields to `output`, in order.
+fn write_records(
+    receiver: &mut StreamReceiver,
+    output: &mut impl Write,
+) -> Result<(), EngineError> {
+    while let Some(record) = receiver.next_record()? {
+        output
+            .write_all(record.filled_bytes())
+            .map_err(|e| EngineError::io("writing the stream's output", e))?;
+    }
+    Ok(())
+}
+
+/// What [`StreamReceiver::poll_record`] found.
+#[derive(Debug)]
+pub enum Polled {
+    /// The next record, in stream order.
+    Record(Slot),
+    /// The stream has ended (after its last record, or empty).
+    End,
+    /// The record due has not arrived within the wait.
+    NotYet,
+}
+
+/// The receiving end as a library API: records in order, one at a time, each in its
+/// NUMA-local slot until the caller drops it (`sluice stream recv` writes them to its
+/// output; the Python package copies them into the caller's arrays).
+pub struct StreamReceiver {
+    queues: Vec<Queue>,
+    threads: Vec<Thread>,
+    order: RecordOrder,
+    writer: Arc<Mutex<FrameWriter>>,
+    asked_again: Arc<AtomicU64>,
+    started: std::time::Instant,
+    /// The record marked last has been taken, or the connections ended.
+    ended: bool,
+}
+
+impl std::fmt::Debug for StreamReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamReceiver")
+            .field("records", &self.order.records())
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamReceiver {
+    /// Accepts one sender on `listener` (`tls`: the receiver's identity and clear-text
+    /// policy; `token`: the secret it must prove it knows) and starts one pinned
+    /// net-recv thread per data connection.
+    ///
+    /// # Errors
+    /// Handshake or join failures.
+    pub fn accept(
+        listener: &TcpListener,
+        token: Option<Token>,
+        tls: &ServerTls,
+        runtime: Arc<Runtime>,
+    ) -> Result<StreamReceiver, EngineError> {
+        let started = std::time::Instant::now();
+        let Accepted {
+            reader,
+            writer,
+            acked,
+            data,
+        } = accept_session(listener, token, tls, &runtime)?;
+        let _control_events =
+            spawn_reader(reader).map_err(|e| EngineError::io("starting the control reader", e))?;
+        // The net-recv threads acknowledge records on the control connection.
+        let writer = Arc::new(Mutex::new(writer));
+        let asked_again = Arc::new(AtomicU64::new(0));
+        let answer = acked.then(|| Arc::clone(&writer));
+        let (queues, threads) = spawn_receivers(&runtime, data, answer, &asked_again)?;
+        Ok(StreamReceiver {
+            order: RecordOrder::new(queues.len()),
+            queues,
+            threads,
+            writer,
+            asked_again,
+            started,
+            ended: false,
+        })
+    }
+
+    /// The next record, in stream order (decompressed and verified, its bytes the
+    /// slot's `filled_bytes`; dropping the slot gives it back to its pool): `Ok(None)`
+    /// once the record marked last has been taken, or when the sender closed an empty
+    /// stream. Blocks until the record is due.
+    ///
+    /// # Errors
+    /// A connection failed or closed in the middle of the stream, or a record broke the
+    /// stream's order.
+    pub fn next_record(&mut self) -> Result<Option<Slot>, EngineError> {
+        let started = std::time::Instant::now();
+        loop {
+            let left = RECORD_TIMEOUT.saturating_sub(started.elapsed());
+            match self.poll_record(left)? {
+                Polled::Record(slot) => return Ok(Some(slot)),
+                Polled::End => return Ok(None),
+                Polled::NotYet if left.is_zero() => {
+                    self.ended = true;
+                    return connections_ended(&mut self.queues, &mut self.threads, &self.order)
+                        .map(|()| None);
+                }
+                Polled::NotYet => {}
+            }
+        }
+    }
+
+    /// [`StreamReceiver::next_record`] waiting at most `wait` (a caller that must
+    /// look up now and then, e.g. for a Ctrl-C, waits in slices).
+    ///
+    /// # Errors
+    /// As [`StreamReceiver::next_record`].
+    pub fn poll_record(&mut self, wait: Duration) -> Result<Polled, EngineError> {
+        if self.ended {
+            return Ok(Polled::End);
+        }
+        let q = &self.queues[self.order.next_connection()];
+        let (h, slot) = match q.recv_timeout(wait) {
+            Ok(record) => record,
+            Err(RecvTimeoutError::Timeout) => return Ok(Polled::NotYet),
+            Err(RecvTimeoutError::Disconnected) => {
+                self.ended = true;
+                return connections_ended(&mut self.queues, &mut self.threads, &self.order)
+                    .map(|()| Polled::End);
+            }
+        };
+        let last = self
+            .order
+            .arrived(&h)
+            .map_err(|e| EngineError::Aborted(e.to_string()))?;
+        self.ended = last;
+        Ok(Polled::Record(slot))
+    }
+
+    /// Records taken so far.
+    pub fn records(&self) -> u64 {
+        self.order.records()
+    }
+
+    /// Ends the stream: tells the sender every record is out of the receiver's hands
+    /// (its `CloseAck`: call it only once what was taken is safely stored) and returns
+    /// the totals.
+    pub fn finish(mut self) -> StreamSummary {
+        self.queues.clear();
+        let _ = lock(&self.writer).send(&Frame::CloseAck(sluice_wire::CloseAck));
+        StreamSummary {
+            bytes: self.order.bytes(),
+            wire_bytes: self.order.wire_bytes(),
+            records: self.order.records(),
+            records_resent: self.asked_again.load(Ordering::Relaxed),
+            seconds: self.started.elapsed().as_secs_f64(),
+        }
+    }
 }
 
 /// One net-recv thread per data connection, pinned by the plan, each with a queue of
@@ -101,31 +237,6 @@ fn spawn_receivers(
         threads.push(t);
     }
     Ok((queues, threads))
-}
-
-/// The writer: record `k` comes from connection `k mod N`, and is written once it is
-/// the one due. Ends at the record marked last, or with the stream's error.
-fn write_records(
-    queues: &mut Vec<Queue>,
-    threads: &mut Vec<Thread>,
-    order: &mut RecordOrder,
-    output: &mut impl Write,
-) -> Result<(), EngineError> {
-    loop {
-        let q = &queues[order.next_connection()];
-        let Ok((h, slot)) = q.recv_timeout(RECORD_TIMEOUT) else {
-            return connections_ended(queues, threads, order);
-        };
-        let last = order
-            .arrived(&h)
-            .map_err(|e| EngineError::Aborted(e.to_string()))?;
-        output
-            .write_all(slot.filled_bytes())
-            .map_err(|e| EngineError::io("writing the stream's output", e))?;
-        if last {
-            return Ok(());
-        }
-    }
 }
 
 /// A connection's thread ended before the record due: its error says why. Every

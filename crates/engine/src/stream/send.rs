@@ -174,19 +174,34 @@ impl SendLoop {
         words: Option<&Receiver<Word>>,
     ) -> Result<Sent, EngineError> {
         let mut open = true;
+        // The receiver may close the stream (`CloseAck`, which ends the words) as soon
+        // as it has the last record, while this connection, holding nothing, still
+        // waits for the producer to close its queue: that is no error, but a record
+        // after it would never be acknowledged.
+        let mut words_ended = false;
         let no_words = crossbeam_channel::never();
         let no_records = crossbeam_channel::never();
-        let words_rx = words.unwrap_or(&no_words);
         while open || self.window.as_ref().is_some_and(|w| !w.is_empty()) {
             let input = if open { records } else { &no_records };
+            let words_rx = match words {
+                Some(w) if !words_ended => w,
+                _ => &no_words,
+            };
             crossbeam_channel::select! {
                 recv(input) -> rec => match rec {
+                    Ok(rec) if words_ended => {
+                        return Err(EngineError::Aborted(format!(
+                            "the receiver at {} closed the stream before the record at byte {} was sent",
+                            self.peer, rec.offset
+                        )))
+                    }
                     Ok(rec) => self.send_record(rec)?,
                     Err(_) => open = false,
                 },
                 recv(words_rx) -> word => match word {
                     Ok(Word::Ack(offset)) => self.acknowledged(offset),
                     Ok(Word::Nack(offset)) => self.send_again(offset)?,
+                    Err(_) if self.oldest().is_none() => words_ended = true,
                     Err(_) => return Err(self.closed_early()),
                 },
                 default(ACK_TIMEOUT) => {

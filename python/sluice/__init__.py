@@ -1,0 +1,394 @@
+"""sluice from Python: stream numpy frames to a consumer without dropping any, and copy
+files and trees, through sluice's NUMA-aware channels.
+
+Streaming (a detector's frames to a reconstruction)::
+
+    import numpy as np, sluice
+
+    with sluice.Receiver(listen="0.0.0.0:7879", token_file="secret") as rx:
+        ...                                   # on the consumer: rx.address
+        for frame, meta in rx:                 # in order, dtype and shape restored
+            reconstruct(frame, meta["angle"])
+
+    with sluice.Sender("sluice://consumer:7879", streams=4, compress="lz4",
+                       token_file="secret") as tx:
+        tx.begin_series({"scan": 17})
+        for angle, frame in detector:          # any buffer: numpy, bytes, memoryview
+            tx.send(frame, meta={"angle": angle})   # blocks while the consumer is slower
+        tx.end_series()
+
+Nothing is dropped: a consumer that falls behind fills the bounded queues, TCP's window
+closes and ``send`` waits (with the GIL released). Every record is checksummed, sent
+again if damaged, and acknowledged; ``close`` returns once the receiver has every frame.
+
+Copying (``sluice cp`` as a function)::
+
+    summary = sluice.copy("data/", "sluice://dtn:7878/incoming/", recursive=True,
+                          progress=lambda p: print(p["bytes"], "/", p["total_bytes"]))
+
+Errors are :mod:`sluice.errors` exceptions carrying the CLI's error class and message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import errors
+from ._sluice import RawReceiver, RawSender, __version__
+from ._sluice import copy as _copy
+from .errors import (
+    AbortError,
+    FilesFailedError,
+    ResumeError,
+    RetryError,
+    SluiceError,
+    TransferError,
+    UsageError,
+)
+
+# Message kinds on the wire (python/src/frame.rs).
+_FRAME, _SERIES_START, _SERIES_END = 0, 1, 2
+_EVENTS = {_FRAME: "frame", _SERIES_START: "series_start", _SERIES_END: "series_end"}
+
+Size = Union[int, str]
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Meta(dict):  # type: ignore[type-arg]
+    """The ``meta`` dict a frame was sent with, plus where it stands in the stream.
+
+    Attributes:
+        frame_id: the frame's number in the stream (0, 1, 2, ...).
+        series: the series it belongs to (1, 2, ...), or ``None`` outside one.
+        event: ``"frame"``, or ``"series_start"`` / ``"series_end"`` for the series
+            markers a ``Receiver(series_events=True)`` yields (with ``None`` as array).
+    """
+
+    frame_id: int
+    series: Optional[int]
+    event: str
+
+
+def _as_bytes_view(obj: Any) -> Tuple[memoryview, str, Tuple[int, ...]]:
+    """A C-contiguous byte view of ``obj`` (no copy where it is contiguous already),
+    its dtype string and shape."""
+    if isinstance(obj, np.ndarray):
+        arr = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
+    else:
+        view = memoryview(obj)
+        arr = np.frombuffer(view, dtype=np.dtype(view.format)).reshape(view.shape) \
+            if view.c_contiguous else np.ascontiguousarray(view)
+    if arr.dtype.hasobject:
+        raise UsageError("arrays of Python objects cannot be sent: expected numbers")
+    flat = arr.reshape(-1).view(np.uint8) if arr.size else np.empty(0, np.uint8)
+    return memoryview(flat), arr.dtype.str, tuple(int(n) for n in arr.shape)
+
+
+class Sender:
+    """The sending end of a stream of arrays to a :class:`Receiver`.
+
+    Args:
+        url: the receiver, ``sluice://HOST:PORT`` (or ``HOST:PORT``).
+        streams: data connections (each with a net-send thread placed by the plan).
+        compress: ``"none"``, ``"lz4"``, ``"zstd"``, ``"zstd:LEVEL"`` or ``"auto"``, per
+            record, on the net-send threads.
+        policy: the placement policy (``auto``, ``os``, ``bind``, ``smts``, ``nmts``,
+            ``mts``), as ``sluice plan --policy``.
+        chunk_size: bytes per record and buffer slot (default 16 MiB); a frame larger
+            than a record spans several.
+        buffer_mem: buffer memory of the plan, ``"auto"`` or a size.
+        token, token_file: the shared secret the receiver asks for.
+        encrypt: ``"auto"`` (TLS 1.3 unless the receiver is on loopback), ``"always"``,
+            ``"never"``; ``ca``, ``known_hosts``, ``strict_host_key``: whom to trust.
+
+    Each ``send`` copies the array once, with the GIL released, into a NUMA-local slot
+    that stays until the receiver acknowledges it; it blocks while the receiver is
+    slower, so nothing is ever dropped. Use it as a context manager: leaving the block
+    normally closes the stream (waiting for the receiver), leaving it by an exception
+    abandons it (the receiver raises).
+    """
+
+    def __init__(self, url: str, *, streams: int = 2, compress: str = "none",
+                 policy: str = "auto", chunk_size: Optional[Size] = None,
+                 buffer_mem: Optional[Size] = None, token: Union[str, bytes, None] = None,
+                 token_file: Optional[PathLike] = None, encrypt: str = "auto",
+                 ca: Optional[PathLike] = None, known_hosts: Optional[PathLike] = None,
+                 strict_host_key: bool = False) -> None:
+        self._raw = RawSender(
+            url, streams=streams, compress=compress, policy=policy, chunk_size=chunk_size,
+            buffer_mem=buffer_mem, token=token, token_file=_path(token_file),
+            encrypt=encrypt, ca=_path(ca), known_hosts=_path(known_hosts),
+            strict_host_key=strict_host_key)
+        self._series = 0
+        self._in_series: Optional[int] = None
+        self._aborted = False
+        self.summary: Optional[dict[str, Any]] = None
+
+    def send(self, array: Any, meta: Optional[dict[str, Any]] = None) -> int:
+        """Sends one array (any object with the buffer protocol: numpy arrays, bytes,
+        memoryviews) with ``meta`` (a JSON-serialisable dict); returns its frame id.
+        Blocks while the receiver is slower."""
+        view, dtype, shape = _as_bytes_view(array)
+        info = self._info({"dtype": dtype, "shape": shape, "meta": meta or {}})
+        return self._raw.send(_FRAME, self._in_series or 0, info, view)
+
+    def begin_series(self, meta: Optional[dict[str, Any]] = None) -> int:
+        """Starts a series of frames (a scan); returns its number (1, 2, ...). The
+        receiver sees each frame's ``meta.series``."""
+        if self._in_series is not None:
+            raise UsageError(f"series {self._in_series} has not ended")
+        self._series += 1
+        self._in_series = self._series
+        self._raw.send(_SERIES_START, self._series, self._info({"meta": meta or {}}))
+        return self._series
+
+    def end_series(self, meta: Optional[dict[str, Any]] = None) -> None:
+        """Ends the series begun last."""
+        if self._in_series is None:
+            raise UsageError("no series has begun")
+        self._raw.send(_SERIES_END, self._in_series, self._info({"meta": meta or {}}))
+        self._in_series = None
+
+    def close(self) -> dict[str, Any]:
+        """Ends the stream and waits until the receiver has every frame; returns the
+        summary (``bytes``, ``wire_bytes``, ``records``, ``records_resent``,
+        ``seconds``)."""
+        if self.summary is None:
+            self.summary = json.loads(self._raw.close())
+        return self.summary
+
+    def abort(self) -> None:
+        """Abandons the stream: the receiver raises rather than see it end."""
+        self._aborted = True
+        self._raw.abort()
+
+    def __enter__(self) -> "Sender":
+        return self
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
+        if kind is None and not self._aborted:
+            self.close()
+        else:
+            self.abort()
+
+    @staticmethod
+    def _info(info: dict[str, Any]) -> bytes:
+        try:
+            return json.dumps(info, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as e:
+            raise UsageError(f"meta is not JSON-serialisable: {e}") from None
+
+
+class Receiver:
+    """The receiving end: iterate over it for ``(array, meta)`` pairs, in order, with
+    dtype and shape restored (or call :meth:`recv_into` with a preallocated array).
+
+    Args:
+        listen: ``ADDR:PORT`` to listen on (port 0 picks one: see :attr:`address`).
+        streams, policy, chunk_size, buffer_mem: the plan of this end, as for
+            :class:`Sender`.
+        token, token_file: the secret the sender must prove it knows (required off
+            loopback unless ``insecure_no_auth``).
+        encrypt, cert, key, state_dir: TLS, as ``sluice stream recv``.
+        series_events: also yield ``(None, meta)`` for series starts and ends
+            (``meta.event``).
+
+    The sender is accepted at the first read. A frame is acknowledged once it is
+    in this process; the stream's end is confirmed to the sender when iteration ends.
+    """
+
+    def __init__(self, listen: str = "127.0.0.1:0", *, streams: int = 2,
+                 policy: str = "auto", chunk_size: Optional[Size] = None,
+                 buffer_mem: Optional[Size] = None, token: Union[str, bytes, None] = None,
+                 token_file: Optional[PathLike] = None, insecure_no_auth: bool = False,
+                 encrypt: str = "auto", cert: Optional[PathLike] = None,
+                 key: Optional[PathLike] = None, state_dir: Optional[PathLike] = None,
+                 series_events: bool = False) -> None:
+        self._raw = RawReceiver(
+            listen, streams=streams, policy=policy, chunk_size=chunk_size,
+            buffer_mem=buffer_mem, token=token, token_file=_path(token_file),
+            insecure_no_auth=insecure_no_auth, encrypt=encrypt, cert=_path(cert),
+            key=_path(key), state_dir=_path(state_dir))
+        self._series_events = series_events
+        self._held: Optional[Tuple[int, dict[str, Any], int, Meta]] = None
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` this receiver listens on."""
+        return self._raw.address
+
+    @property
+    def url(self) -> str:
+        """``sluice://HOST:PORT``, for a :class:`Sender`."""
+        return "sluice://" + self._raw.address
+
+    @property
+    def fingerprint(self) -> str:
+        """The SHA-256 fingerprint of this receiver's TLS certificate."""
+        return self._raw.fingerprint
+
+    @property
+    def summary(self) -> Optional[dict[str, Any]]:
+        """The stream's totals once it has ended, else ``None``."""
+        s = self._raw.summary()
+        return None if s is None else json.loads(s)
+
+    def __iter__(self) -> Iterator[Tuple[Optional[np.ndarray], Meta]]:
+        return self
+
+    def __next__(self) -> Tuple[Optional[np.ndarray], Meta]:
+        got = self.recv()
+        if got is None:
+            raise StopIteration
+        return got
+
+    def recv(self) -> Optional[Tuple[Optional[np.ndarray], Meta]]:
+        """The next frame as ``(array, meta)`` in a new array, or ``None`` at the end."""
+        while True:
+            head = self._next()
+            if head is None:
+                return None
+            kind, info, nbytes, meta = head
+            if kind != _FRAME:
+                if self._series_events:
+                    return None, meta
+                continue
+            arr = _array_for(info, nbytes, meta.frame_id)
+            self._raw.read_payload(_writable_view(arr))
+            return arr, meta
+
+    def recv_into(self, out: Any) -> Optional[Meta]:
+        """Receives the next frame into ``out`` (a writable C-contiguous buffer of
+        exactly the frame's size, e.g. a preallocated numpy array); returns its meta,
+        or ``None`` at the end of the stream. Series markers are skipped (or, with
+        ``series_events``, returned without touching ``out``). A buffer of the wrong
+        size raises :class:`UsageError` and leaves the frame to the next call."""
+        while True:
+            head = self._next()
+            if head is None:
+                return None
+            kind, _, _, meta = head
+            if kind == _FRAME:
+                try:
+                    self._raw.read_payload(_writable_view(out))
+                except UsageError:
+                    self._held = head                 # the frame waits for a right buffer
+                    raise
+                return meta
+            if self._series_events:
+                return meta
+
+    def _next(self) -> Optional[Tuple[int, dict[str, Any], int, Meta]]:
+        held, self._held = self._held, None
+        if held is not None:
+            return held
+        got = self._raw.next_header()
+        if got is None:
+            return None
+        kind, frame_id, series, info_bytes, nbytes = got
+        info = json.loads(info_bytes)
+        meta = Meta(info.get("meta") or {})
+        meta.frame_id = frame_id
+        meta.series = series or None
+        meta.event = _EVENTS.get(kind, "frame")
+        return kind, info, nbytes, meta
+
+    def close(self) -> None:
+        """Stops receiving; a stream not yet ended is abandoned."""
+        self._raw.close()
+
+    def __enter__(self) -> "Receiver":
+        return self
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
+        self.close()
+
+
+def _array_for(info: dict[str, Any], nbytes: int, frame_id: int) -> np.ndarray:
+    """An empty array for a frame of `nbytes` described by the sender's `info`, checked
+    before anything is allocated: a plain dtype (no Python objects, whose bytes would
+    be pointers) and a shape whose size is exactly the payload's."""
+    what = f"frame {frame_id}: dtype {info.get('dtype')!r}, shape {info.get('shape')!r}"
+    try:
+        dtype = np.dtype(info["dtype"])
+        shape = tuple(int(n) for n in info["shape"])
+    except (KeyError, TypeError, ValueError):
+        raise TransferError(f"{what}: not an array description") from None
+    if dtype.hasobject or any(n < 0 for n in shape):
+        raise TransferError(f"{what}: not an array of plain values")
+    size = dtype.itemsize
+    for n in shape:
+        size *= n
+    if size != nbytes:
+        raise TransferError(f"{what}: {size} bytes, but the frame carries {nbytes}")
+    return np.empty(shape, dtype=dtype)
+
+
+def _writable_view(out: Any) -> memoryview:
+    view = memoryview(out)
+    if view.readonly:
+        raise UsageError("the output buffer is read-only")
+    if not view.c_contiguous:
+        raise UsageError("the output buffer is not C-contiguous")
+    if view.nbytes == 0:
+        return memoryview(bytearray())
+    return view.cast("B") if view.ndim != 1 or view.format != "B" else view
+
+
+def _path(p: Optional[PathLike]) -> Optional[str]:
+    return None if p is None else os.fspath(p)
+
+
+def copy(src: Union[PathLike, Sequence[PathLike]], dst: PathLike, *,
+         recursive: bool = False, streams: int = 2, io_threads: int = 2,
+         compress: str = "none", verify: bool = False, resume: bool = False,
+         no_clobber: bool = False, update: bool = False, fsync: bool = False,
+         buffered: bool = False, policy: str = "auto", chunk_size: Optional[Size] = None,
+         buffer_mem: Optional[Size] = None, token: Union[str, bytes, None] = None,
+         token_file: Optional[PathLike] = None, encrypt: str = "auto",
+         ca: Optional[PathLike] = None, known_hosts: Optional[PathLike] = None,
+         strict_host_key: bool = False, bwlimit: Optional[str] = None,
+         progress: Optional[Callable[[dict[str, int]], Any]] = None,
+         progress_interval: float = 0.2, check: bool = True) -> dict[str, Any]:
+    """Copies files and trees to or from a ``sluice serve`` daemon, as ``sluice cp``
+    does with the same options (``recursive`` is ``-r``, ``buffered`` is
+    ``--buffered``, ``bwlimit="500M"`` is ``--bwlimit 500M``...); one side is local,
+    the other ``sluice://HOST:PORT/PATH``.
+
+    ``progress`` is called every ``progress_interval`` seconds (and once at the end)
+    with ``{"bytes", "total_bytes", "files_done", "files"}``; the copy runs on its own
+    threads meanwhile, the GIL released.
+
+    Returns the summary ``sluice cp --json`` prints, as a dict. Raises a
+    :mod:`sluice.errors` exception: :class:`UsageError` for bad input,
+    :class:`ResumeError` / :class:`AbortError` / :class:`RetryError` for a failure by
+    its class, and (with ``check``) :class:`FilesFailedError` when files failed.
+    """
+    sources = [src] if isinstance(src, (str, os.PathLike)) else list(src)
+    summary = json.loads(_copy(
+        [os.fspath(s) for s in sources], os.fspath(dst), recursive=recursive,
+        streams=streams, io_threads=io_threads, compress=compress, verify=verify,
+        resume=resume, no_clobber=no_clobber, update=update, fsync=fsync,
+        buffered=buffered, policy=policy, chunk_size=chunk_size, buffer_mem=buffer_mem,
+        token=token, token_file=_path(token_file), encrypt=encrypt, ca=_path(ca),
+        known_hosts=_path(known_hosts), strict_host_key=strict_host_key,
+        bwlimit=bwlimit, progress=progress, progress_interval=progress_interval))
+    failed = summary.get("files_failed", 0)
+    if check and failed:
+        first = (summary.get("failures") or [{}])[0]
+        err = FilesFailedError(
+            f"{failed} file(s) failed, first {first.get('path')}: {first.get('error')}",
+            summary)
+        raise err
+    return summary
+
+
+__all__ = [
+    "Sender", "Receiver", "Meta", "copy", "errors", "SluiceError", "UsageError",
+    "TransferError", "RetryError", "ResumeError", "AbortError", "FilesFailedError",
+    "__version__",
+]

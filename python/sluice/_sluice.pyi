@@ -1,0 +1,99 @@
+"""Type stubs of the extension module ``sluice._sluice`` (the Rust half of sluice).
+
+Callers use :mod:`sluice`; these are its building blocks."""
+
+from typing import Any, Callable, Optional, Union
+
+__version__: str
+
+_Size = Union[int, str]
+_Token = Union[str, bytes, None]
+
+class RawSender:
+    """The sending end of a stream of messages (see ``sluice.Sender``)."""
+
+    record_bytes: int
+    def __init__(
+        self,
+        url: str,
+        *,
+        streams: int = 2,
+        compress: str = "none",
+        policy: str = "auto",
+        chunk_size: Optional[_Size] = None,
+        buffer_mem: Optional[_Size] = None,
+        token: _Token = None,
+        token_file: Optional[str] = None,
+        encrypt: str = "auto",
+        ca: Optional[str] = None,
+        known_hosts: Optional[str] = None,
+        strict_host_key: bool = False,
+    ) -> None: ...
+    def send(self, kind: int, series: int, info: bytes, payload: Any = None) -> int:
+        """Sends one message (kind 0 frame, 1 series start, 2 series end) with its
+        JSON info and a C-contiguous byte buffer; returns the frame id. Blocks, the GIL
+        released, while the receiver is slower."""
+    def close(self) -> str:
+        """Ends the stream, waits for the receiver: the summary as JSON."""
+    def abort(self) -> None:
+        """Abandons the stream without its end."""
+
+class RawReceiver:
+    """The receiving end of a stream of messages (see ``sluice.Receiver``)."""
+
+    address: str
+    fingerprint: str
+    def __init__(
+        self,
+        listen: str = "127.0.0.1:0",
+        *,
+        streams: int = 2,
+        policy: str = "auto",
+        chunk_size: Optional[_Size] = None,
+        buffer_mem: Optional[_Size] = None,
+        token: _Token = None,
+        token_file: Optional[str] = None,
+        insecure_no_auth: bool = False,
+        encrypt: str = "auto",
+        cert: Optional[str] = None,
+        key: Optional[str] = None,
+        state_dir: Optional[str] = None,
+    ) -> None: ...
+    def next_header(self) -> Optional[tuple[int, int, int, bytes, int]]:
+        """``(kind, frame_id, series, info, payload_bytes)`` of the next message, or
+        ``None`` at the end; a payload left unread is skipped."""
+    def read_payload(self, out: Any) -> None:
+        """Copies the pending payload into a writable C-contiguous buffer of its size."""
+    def summary(self) -> Optional[str]:
+        """The totals as JSON once the stream has ended."""
+    def close(self) -> None:
+        """Stops receiving; a stream not yet ended is abandoned."""
+
+def copy(
+    sources: list[str],
+    dst: str,
+    *,
+    recursive: bool = False,
+    streams: int = 2,
+    io_threads: int = 2,
+    compress: str = "none",
+    verify: bool = False,
+    resume: bool = False,
+    no_clobber: bool = False,
+    update: bool = False,
+    fsync: bool = False,
+    buffered: bool = False,
+    policy: str = "auto",
+    chunk_size: Optional[_Size] = None,
+    buffer_mem: Optional[_Size] = None,
+    token: _Token = None,
+    token_file: Optional[str] = None,
+    encrypt: str = "auto",
+    ca: Optional[str] = None,
+    known_hosts: Optional[str] = None,
+    strict_host_key: bool = False,
+    bwlimit: Optional[str] = None,
+    progress: Optional[Callable[[dict[str, int]], Any]] = None,
+    progress_interval: float = 0.2,
+) -> str:
+    """``sluice cp`` as a function: the summary as JSON."""

@@ -1,0 +1,252 @@
+//! `_sluice.RawSender`: the engine's [`StreamSender`] for Python. Each message is
+//! copied once, with the GIL released, from the caller's buffer into the NUMA-local
+//! slots that the net-send threads compress and send and keep until the receiver
+//! acknowledges them; `send` blocks while the receiver is slower (back-pressure).
+
+use crate::errors::{engine, usage};
+use crate::frame::{Header, Kind, FIXED_BYTES, INFO_BYTES_MAX};
+use crate::options::{client_tls, size_arg, token_arg, JobSpec, Side};
+use pyo3::buffer::PyBuffer;
+use pyo3::prelude::*;
+use sluice_engine::codec::Planner;
+use sluice_engine::stream::{StreamOptions, StreamSender};
+use sluice_engine::{CompressMode, EngineError};
+use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
+
+/// A sender's state: the engine's sender until the stream is closed or abandoned, and
+/// the next frame's number.
+struct State {
+    sender: Option<StreamSender>,
+    next_frame: u64,
+}
+
+/// The sending end of a stream of messages (see `sluice.Sender`).
+#[pyclass(module = "sluice._sluice")]
+pub struct RawSender {
+    state: Mutex<State>,
+    record_bytes: usize,
+}
+
+/// `sluice://HOST:PORT` or `HOST:PORT`: the address to dial.
+fn address(url: &str) -> PyResult<String> {
+    let addr = url.strip_prefix("sluice://").unwrap_or(url);
+    if addr.is_empty() || addr.contains('/') || !addr.contains(':') {
+        return Err(usage(format!(
+            "{url:?} is not a receiver: expected sluice://HOST:PORT"
+        )));
+    }
+    Ok(addr.to_string())
+}
+
+#[pymethods]
+impl RawSender {
+    /// Connects to the receiver at `url` (see `sluice.Sender`).
+    #[new]
+    #[pyo3(signature = (url, *, streams=2, compress="none", policy="auto", chunk_size=None,
+        buffer_mem=None, token=None, token_file=None, encrypt="auto", ca=None,
+        known_hosts=None, strict_host_key=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        url: &str,
+        streams: u32,
+        compress: &str,
+        policy: &str,
+        chunk_size: Option<&Bound<'_, PyAny>>,
+        buffer_mem: Option<&Bound<'_, PyAny>>,
+        token: Option<&Bound<'_, PyAny>>,
+        token_file: Option<PathBuf>,
+        encrypt: &str,
+        ca: Option<PathBuf>,
+        known_hosts: Option<PathBuf>,
+        strict_host_key: bool,
+    ) -> PyResult<RawSender> {
+        let addr = address(url)?;
+        let compress: CompressMode = compress
+            .parse()
+            .map_err(|e| usage(format!("compress={compress:?}: {e}")))?;
+        let spec = JobSpec::stream(policy, streams, chunk_size, buffer_mem)?;
+        let runtime = spec.runtime(Side::Send)?;
+        let opts = StreamOptions {
+            streams: u16::try_from(streams).unwrap_or(u16::MAX),
+            record_bytes: runtime.chunk_bytes(),
+            compress,
+            token: token_arg(token, token_file)?,
+            tls: client_tls(encrypt, ca, known_hosts, strict_host_key)?,
+        };
+        let record_bytes = opts.record_bytes as usize;
+        let sender = py
+            .detach(|| StreamSender::connect(&addr, &opts, runtime))
+            .map_err(engine)?;
+        Ok(RawSender {
+            state: Mutex::new(State {
+                sender: Some(sender),
+                next_frame: 0,
+            }),
+            record_bytes,
+        })
+    }
+
+    /// Sends one message of `kind` (0 frame, 1 series start, 2 series end) with its
+    /// JSON `info` and `payload` (a C-contiguous byte buffer); returns the frame's id
+    /// (for the other kinds, the next frame's). Blocks, with the GIL released, while
+    /// the receiver is slower.
+    #[pyo3(signature = (kind, series, info, payload=None))]
+    fn send(
+        &self,
+        py: Python<'_>,
+        kind: u8,
+        series: u64,
+        info: &[u8],
+        payload: Option<PyBuffer<u8>>,
+    ) -> PyResult<u64> {
+        let kind = match Kind::from_u8(kind) {
+            Some(k) if k != Kind::End => k,
+            _ => return Err(usage(format!("message kind {kind} cannot be sent"))),
+        };
+        if let Some(p) = &payload {
+            if !p.is_c_contiguous() {
+                return Err(usage("the array is not C-contiguous"));
+            }
+        }
+        self.check_info(info)?;
+        let payload = payload.as_ref();
+        py.detach(|| {
+            // SAFETY: the buffer stays exported (and its memory valid) while `payload`
+            // lives, which outlives this closure; it is read-only here.
+            let bytes = payload.map_or(&[][..], |p| unsafe {
+                std::slice::from_raw_parts(p.buf_ptr().cast::<u8>(), p.len_bytes())
+            });
+            self.message(kind, series, info, bytes, false)
+        })
+    }
+
+    /// Ends the stream and waits until the receiver has every message: the summary as
+    /// JSON.
+    fn close(&self, py: Python<'_>) -> PyResult<String> {
+        py.detach(|| {
+            self.message(Kind::End, 0, b"{}", &[], true)?;
+            let sender = lock(&self.state).sender.take();
+            let sender = sender.ok_or_else(closed)?;
+            let summary = sender.finish().map_err(engine)?;
+            Ok(serde_json::to_string(&summary).unwrap_or_default())
+        })
+    }
+
+    /// Abandons the stream without its end: the receiver reports it broken.
+    fn abort(&self, py: Python<'_>) {
+        py.detach(|| drop(lock(&self.state).sender.take()));
+    }
+
+    /// Bytes per record (the slot size): a message larger than this spans records.
+    #[getter]
+    fn record_bytes(&self) -> usize {
+        self.record_bytes
+    }
+}
+
+impl RawSender {
+    /// The info must fit the first record with the fixed header.
+    fn check_info(&self, info: &[u8]) -> PyResult<()> {
+        if info.len() > INFO_BYTES_MAX || FIXED_BYTES + info.len() > self.record_bytes {
+            return Err(usage(format!(
+                "meta, dtype and shape take {} bytes as JSON: at most {} fit a message",
+                info.len(),
+                INFO_BYTES_MAX.min(self.record_bytes - FIXED_BYTES)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sends one message in as many records as it needs; `last` marks the stream's end.
+    fn message(
+        &self,
+        kind: Kind,
+        series: u64,
+        info: &[u8],
+        payload: &[u8],
+        last: bool,
+    ) -> PyResult<u64> {
+        let mut state = lock(&self.state);
+        let frame_id = state.next_frame;
+        let header = Header {
+            kind,
+            frame_id,
+            series,
+            payload_bytes: payload.len() as u64,
+            info_bytes: u32::try_from(info.len()).map_err(|_| usage("meta is too large"))?,
+        };
+        let sender = state.sender.as_mut().ok_or_else(closed)?;
+        push_message(sender, self.record_bytes, &header, info, payload, last).map_err(engine)?;
+        if kind == Kind::Frame {
+            state.next_frame += 1;
+        }
+        Ok(frame_id)
+    }
+}
+
+/// Pushes the header and info, then the payload, starting a new record.
+fn push_message(
+    sender: &mut StreamSender,
+    record_bytes: usize,
+    header: &Header,
+    info: &[u8],
+    payload: &[u8],
+    last: bool,
+) -> Result<(), EngineError> {
+    let head = header.head_bytes();
+    debug_assert!(head <= record_bytes);
+    let first = (record_bytes - head).min(payload.len());
+    let mut rest = &payload[first..];
+    sender.push_with(last && rest.is_empty(), |buf| {
+        header.encode(&mut buf[..FIXED_BYTES]);
+        buf[FIXED_BYTES..head].copy_from_slice(info);
+        buf[head..head + first].copy_from_slice(&payload[..first]);
+        head + first
+    })?;
+    while !rest.is_empty() {
+        let n = rest.len().min(record_bytes);
+        let (now, later) = rest.split_at(n);
+        sender.push_with(last && later.is_empty(), |buf| {
+            buf[..n].copy_from_slice(now);
+            n
+        })?;
+        rest = later;
+    }
+    Ok(())
+}
+
+/// The error of a call after `close` or `abort`.
+fn closed() -> PyErr {
+    usage("the stream is closed")
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A stream's plan: its net threads compress their own records, slots of 16 MiB unless
+/// `chunk_size` says more (`sluice stream`'s defaults).
+impl JobSpec {
+    /// The plan of one end of a stream.
+    pub fn stream(
+        policy: &str,
+        streams: u32,
+        chunk_size: Option<&Bound<'_, PyAny>>,
+        buffer_mem: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<JobSpec> {
+        Ok(JobSpec {
+            policy: policy.to_string(),
+            streams,
+            io_threads: 2,
+            read_depth: sluice_engine::DEFAULT_READ_DEPTH,
+            chunk_bytes: chunk_size.map_or(Ok(16 << 20), |c| size_arg("chunk_size", c))?,
+            buffer_bytes: buffer_mem
+                .map(crate::options::buffer_arg)
+                .transpose()?
+                .flatten(),
+            planner: Planner::Stream,
+        })
+    }
+}
