@@ -4,27 +4,8 @@
 
 mod common;
 
-use common::{run_in, BIN};
-use std::io::Write;
+use common::{have, run_in, skip, BIN};
 use std::path::Path;
-use std::process::Command;
-
-/// A check that cannot run here: a `SKIPPED:` line past libtest's capture; in CI (`CI`
-/// set) the tools are installed by scripts/setup.sh, so a skip there is a failure.
-fn skip(reason: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {reason}");
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must run this check: {reason}"
-    );
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 /// The script `sluice completions SHELL` prints, written to `dir/name`.
 fn script(shell: &str, dir: &Path, name: &str) -> String {

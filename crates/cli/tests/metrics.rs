@@ -15,24 +15,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{cp, ChildGuard, Daemon, BIN};
-
-/// Reports a check that cannot run here: `SKIPPED:` on stderr, a failure where `CI` is
-/// set (CI has the same tools as the development machine).
-fn skip(reason: &str) {
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI is set, so this check must run: {reason}"
-    );
-    let _ = std::io::stderr().write_all(format!("SKIPPED: {reason}\n").as_bytes());
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+use common::{cp, free_port, have, skip, ChildGuard, Daemon, BIN};
 
 /// `GET path` (HTTP/1.0) with `headers`: the status line and the body.
 fn http_get(addr: &str, path: &str, headers: &str) -> (String, String) {
@@ -147,15 +130,6 @@ impl Prometheus {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 #[test]

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::run_in;
+use common::{have, run_in, skip};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixDatagram;
@@ -20,21 +20,6 @@ const UNIT: &str = "/lib/systemd/system/sluice.service";
 const BUILD_TIMEOUT: Duration = Duration::from_secs(3600);
 /// How long the daemon may take to say READY=1.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn skip(reason: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {reason}");
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must run this check: {reason}"
-    );
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

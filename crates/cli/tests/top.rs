@@ -3,18 +3,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::TcpListener;
-
 mod common;
 
-use common::{cp, run_in, Daemon, BIN};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+use common::{cp, free_port, run_in, Daemon, BIN};
 
 #[test]
 fn once_prints_a_frame_of_a_daemon_that_received_a_file() {

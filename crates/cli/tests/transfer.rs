@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 mod common;
 
-use common::{ChildGuard, Daemon, BIN, COMMAND_TIMEOUT, FAULT_CORRUPT, SMALL};
+use common::{skip, ChildGuard, Daemon, BIN, COMMAND_TIMEOUT, FAULT_CORRUPT, SMALL};
 const MIB: usize = 1 << 20;
 /// The chunk size every test uses (`SMALL`).
 const CHUNK: usize = MIB;
@@ -2129,18 +2129,6 @@ fn regression_pull_failed_when_data_followed_the_joined_answer_at_once() {
 // ---------------------------------------------------------------------------------------
 // A full disk on the receiver
 // ---------------------------------------------------------------------------------------
-
-/// Reports a check that cannot run here: a `SKIPPED:` line on stderr, written past the
-/// test harness's capture so that it shows, or, where `CI` is set (CI runs as root, so
-/// nothing may be refused), a failure.
-fn skip(reason: &str) {
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI is set, so this check must run: {reason}"
-    );
-    let line = format!("SKIPPED: {reason}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-}
 
 /// A 4 MiB tmpfs mounted for the test and unmounted when dropped.
 struct SmallTmpfs {

@@ -12,6 +12,33 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// A check that cannot run here: a `SKIPPED:` line past libtest's capture. In CI (`CI`
+/// set) scripts/setup.sh installs every tool, so a skip there is a failure.
+pub fn skip(reason: &str) {
+    use std::io::Write;
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI is set, so this check must run: {reason}"
+    );
+    let _ = std::io::stderr().write_all(format!("SKIPPED: {reason}\n").as_bytes());
+}
+
+/// Whether `tool` is on `PATH`.
+pub fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 /// Small buffer pools and chunks on both sides.
