@@ -59,6 +59,7 @@ pub(super) fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Seg
 fn write_packed(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot: Slot) {
     let data = slot.filled_bytes();
     let mut at = 0usize;
+    let mut writer = sinkfs::SmallWriter::new(&shared.root);
     for seg in segments {
         let len = seg.len as usize;
         let bytes = &data[at..at + len];
@@ -75,15 +76,8 @@ fn write_packed(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slo
             }
         };
         let digest = FileDigest::of_ordered(&[chunk_checksum(bytes)]);
-        let result = sinkfs::write_small_file(
-            &shared.root,
-            &e.dest,
-            bytes,
-            e.entry.mode,
-            e.entry.mtime_ns,
-            shared.opts.fsync,
-            shared.clobber(),
-        );
+        let meta = (e.entry.mode, e.entry.mtime_ns);
+        let result = writer.write(&e.dest, bytes, meta, shared.opts.fsync, shared.clobber());
         finish_entry(
             shared,
             &e.entry,
