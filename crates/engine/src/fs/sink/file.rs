@@ -262,7 +262,11 @@ impl SinkFile {
     /// # Errors
     /// [`FsError`]; the partial and its log are kept for resume and the destination is
     /// untouched when the error comes before the rename.
-    pub fn finish(self, mode: u32, mtime_ns: i64, fsync: bool) -> Result<(), FsError> {
+    ///
+    /// Takes `&self`: the thread that completes a file need not wait for another writer
+    /// to drop its handle (all chunks are in, so any such writer is done, or rewriting
+    /// bytes that are already there).
+    pub fn finish(&self, mode: u32, mtime_ns: i64, fsync: bool) -> Result<(), FsError> {
         let err = |op, e| FsError::io(op, &self.root, self.rel.as_str(), e);
         if fsync {
             self.file.sync_all().map_err(|e| err(Op::Sync, e))?;
