@@ -33,17 +33,26 @@ fn parse(path: &Path) -> Counts {
     let mut counts = Counts::new();
     for line in text.lines() {
         let t: Vec<&str> = line.split_whitespace().collect();
-        if !(5..=6).contains(&t.len()) || t[0].parse::<f64>().is_err() || t[t.len() - 1] == "total" {
+        if !(5..=6).contains(&t.len()) || t[0].parse::<f64>().is_err() || t[t.len() - 1] == "total"
+        {
             continue;
         }
         let name = t[t.len() - 1];
         let calls = t[3].parse().unwrap_or(0);
-        let errors = if t.len() == 6 { t[4].parse().unwrap_or(0) } else { 0 };
+        let errors = if t.len() == 6 {
+            t[4].parse().unwrap_or(0)
+        } else {
+            0
+        };
         let e = counts.entry(name.to_owned()).or_insert((0, 0));
         e.0 += calls;
         e.1 += errors;
     }
-    assert!(!counts.is_empty(), "no syscall counts in {}: {text}", path.display());
+    assert!(
+        !counts.is_empty(),
+        "no syscall counts in {}: {text}",
+        path.display()
+    );
     counts
 }
 
@@ -107,7 +116,9 @@ fn traced_daemon(root: &Path, out: &Path, state: &Path) -> (ChildGuard, String) 
     );
     let stdout = child.0.stdout.take().expect("piped stdout");
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("the readiness line");
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("the readiness line");
     let v: serde_json::Value =
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
     let addr = v["listen"].as_str().expect("listen").to_owned();
@@ -118,8 +129,8 @@ fn traced_daemon(root: &Path, out: &Path, state: &Path) -> (ChildGuard, String) 
 /// waits for strace to write its summary.
 fn stop_traced(mut guard: ChildGuard) {
     let pid = guard.0.id();
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default();
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
     for child in children.split_whitespace() {
         let child: i32 = child.parse().expect("a pid");
         // SAFETY: kill(2) with a pid strace started for this test and a valid signal.
@@ -139,7 +150,10 @@ fn a_small_file_push_costs_one_statx_per_file_and_no_failing_or_spinning_syscall
     let (src, dst) = (t.path().join("src"), t.path().join("dst"));
     std::fs::create_dir_all(&dst).unwrap();
     make_tree(&src);
-    let (dout, cout) = (t.path().join("daemon.strace"), t.path().join("client.strace"));
+    let (dout, cout) = (
+        t.path().join("daemon.strace"),
+        t.path().join("client.strace"),
+    );
     let (daemon, addr) = traced_daemon(&dst, &dout, &t.path().join("state"));
     let src_arg = format!("{}/", src.display());
     let url = format!("sluice://{addr}/");
@@ -153,13 +167,22 @@ fn a_small_file_push_costs_one_statx_per_file_and_no_failing_or_spinning_syscall
     eprintln!("client: {c:?}\ndaemon: {d:?}");
     assert_pushed(&src, &dst);
     // Source: the scan's statx, one open, one pread per file.
-    assert!(calls(&c, "statx") + calls(&c, "newfstatat") < FILES * 5 / 4, "statx: {c:?}");
+    assert!(
+        calls(&c, "statx") + calls(&c, "newfstatat") < FILES * 5 / 4,
+        "statx: {c:?}"
+    );
     let c_opens = calls(&c, "openat") + calls(&c, "openat2");
     assert!(c_opens < FILES * 5 / 4 + FIXED_OPENS, "client opens: {c:?}");
     // Sink: nothing that fails per file, no per-file rename, chmod or temporary name.
-    assert!(errors(&d, "unlinkat") < FILES / 10, "failing unlinkat: {d:?}");
+    assert!(
+        errors(&d, "unlinkat") < FILES / 10,
+        "failing unlinkat: {d:?}"
+    );
     assert!(calls(&d, "unlinkat") < FILES / 10, "unlinkat: {d:?}");
-    assert!(calls(&d, "renameat") + calls(&d, "renameat2") < FILES / 10, "rename: {d:?}");
+    assert!(
+        calls(&d, "renameat") + calls(&d, "renameat2") < FILES / 10,
+        "rename: {d:?}"
+    );
     assert!(calls(&d, "fchmod") < FILES / 10, "fchmod: {d:?}");
     let d_opens = calls(&d, "openat") + calls(&d, "openat2");
     assert!(d_opens < FILES * 5 / 4 + FIXED_OPENS, "daemon opens: {d:?}");
@@ -167,7 +190,10 @@ fn a_small_file_push_costs_one_statx_per_file_and_no_failing_or_spinning_syscall
     // No spinning: a blocked thread sleeps, it does not yield in a loop.
     for (side, counts) in [("client", &c), ("daemon", &d)] {
         let yields = calls(counts, "sched_yield");
-        assert!(yields < FILES / 4, "{side} sched_yield {yields}: {counts:?}");
+        assert!(
+            yields < FILES / 4,
+            "{side} sched_yield {yields}: {counts:?}"
+        );
     }
 }
 
@@ -176,7 +202,11 @@ fn assert_pushed(src: &Path, dst: &Path) {
     for i in 0..FILES {
         let rel = format!("d{}/f{i:04}", i % 6);
         let (a, b) = (src.join(&rel), dst.join(&rel));
-        assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap(), "{rel}");
+        assert_eq!(
+            std::fs::read(&a).unwrap(),
+            std::fs::read(&b).unwrap(),
+            "{rel}"
+        );
         let mode = std::fs::metadata(&b).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode, 0o600, "{rel}");
     }

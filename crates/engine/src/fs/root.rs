@@ -203,11 +203,8 @@ impl Root {
         if let Some(e) = crate::fault::read_error(rel.file_name()) {
             return Err(self.err(Op::Open, rel.as_str(), e));
         }
-        let flags = OFlags::RDONLY
-            | OFlags::NOFOLLOW
-            | OFlags::NONBLOCK
-            | OFlags::NOCTTY
-            | OFlags::CLOEXEC;
+        let flags =
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
         let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
         let mode = rustix::fs::Mode::empty();
         for _ in 0..4 {

@@ -177,7 +177,10 @@ fn read_segment(f: &SrcFile, slot: &mut Slot, at: usize) -> Result<Segment, Stri
     if at + len > slot.len() {
         return Err("grew past the pack while being read".into());
     }
-    let h = f.root.open_read_scanned(&f.src_path).map_err(|e| e.to_string())?;
+    let h = f
+        .root
+        .open_read_scanned(&f.src_path)
+        .map_err(|e| e.to_string())?;
     let want = (len + 1).min(slot.len() - at);
     let got = read_upto_at(&h, &mut slot[at..at + want], len)
         .map_err(|e| format!("reading {:?}: {e}", f.src_path.as_str()))?;

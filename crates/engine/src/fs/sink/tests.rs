@@ -456,11 +456,18 @@ fn small_writer_links_whole_files_with_exact_mode_and_mtime_and_leaves_no_tempor
         let path = root.path().join(format!("d/f{i}"));
         let m = std::fs::symlink_metadata(&path).unwrap();
         assert_eq!(m.permissions().mode() & 0o7777, *mode, "f{i}");
-        assert_eq!(m.mtime() as i64 * 1_000_000_000 + m.mtime_nsec(), mtime, "f{i}");
+        assert_eq!(
+            m.mtime() as i64 * 1_000_000_000 + m.mtime_nsec(),
+            mtime,
+            "f{i}"
+        );
         assert_eq!(std::fs::read(&path).unwrap(), data(100 + i), "f{i}");
         assert_eq!(m.nlink(), 1, "f{i}: linked once");
     }
-    assert_eq!(names(&root.path().join("d")), ["f0", "f1", "f2", "f3", "f4"]);
+    assert_eq!(
+        names(&root.path().join("d")),
+        ["f0", "f1", "f2", "f3", "f4"]
+    );
 }
 
 #[test]
@@ -488,7 +495,9 @@ fn small_writer_replaces_refuses_and_ignores_a_stale_partial() {
     assert!(matches!(e, FsError::AlreadyExists { .. }), "{e}");
     w.write(&rel("l"), b"n", (0o644, 0), false, Clobber::Replace)
         .unwrap();
-    assert!(std::fs::symlink_metadata(root.path().join("l")).unwrap().is_file());
+    assert!(std::fs::symlink_metadata(root.path().join("l"))
+        .unwrap()
+        .is_file());
     assert_eq!(std::fs::read(root.path().join("x")).unwrap(), b"new");
 }
 
