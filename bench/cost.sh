@@ -10,6 +10,7 @@
 # --big GIB   also one GIB GiB file (default 0: none)
 # --reps R    repetitions of every tool (default 3); medians are printed
 # --dir D     where to mount the tmpfs (default /tmp/sluice-cost)
+# SERVE_ARGS / CP_ARGS (environment): extra flags for every `sluice serve` / `sluice cp`
 #
 # Prints one line per run and the medians: wall seconds, CPU seconds of the client, the
 # daemon (its whole process, read from /proc at exit) and the system's softirq time
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
         --big) BIG=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
         --dir) DIR=$2; shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) BINS+=("$(realpath "$1")"); shift ;;
     esac
 done
@@ -73,14 +74,14 @@ run_one() {
     sync
     if [ "$tool" = sluice ]; then
         port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-        "$bin" serve --root "$dst" --listen "127.0.0.1:$port" >/dev/null 2>&1 &
+        "$bin" serve ${SERVE_ARGS-} --root "$dst" --listen "127.0.0.1:$port" >/dev/null 2>&1 &
         DPID=$!
         for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
     fi
     s0=$(softirq); t0=$(date +%s.%N)
     local tf=$DIR/time.txt
     case $tool in
-        sluice) /usr/bin/time -o "$tf" -f '%U %S' "$bin" cp -r "$DIR/src/" "sluice://127.0.0.1:$port/" >/dev/null 2>&1 ;;
+        sluice) /usr/bin/time -o "$tf" -f '%U %S' "$bin" cp ${CP_ARGS-} -r "$DIR/src/" "sluice://127.0.0.1:$port/" >/dev/null 2>&1 ;;
         tar-tar) /usr/bin/time -o "$tf" -f '%U %S' bash -c "tar -C '$DIR/src' -cf - . | tar -C '$dst' -xf -" ;;
         cp-a) /usr/bin/time -o "$tf" -f '%U %S' cp -a "$DIR/src/." "$dst/" ;;
     esac

@@ -68,10 +68,11 @@ impl Scheduler {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Wakes the readers waiting for work, if any (`s` is held while counting them, so
-    /// none can be between its check for work and its wait).
+    /// Wakes the readers waiting for work, if any and if there is work for them (`s`
+    /// is held while counting them, so none can be between its check for work and its
+    /// wait): a small file that only joins the open pack wakes nobody.
     fn wake(&self, s: Guard<'_>) {
-        let any = self.waiting.load(Ordering::Relaxed) > 0;
+        let any = self.waiting.load(Ordering::Relaxed) > 0 && s.has_work();
         drop(s);
         if any {
             self.ready.notify_all();
