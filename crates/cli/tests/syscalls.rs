@@ -6,6 +6,9 @@
 //!
 //! Needs `strace` (apt-get install -y strace) and ptrace; skips LOUDLY without them.
 
+// Test data and counters are small; truncation cannot happen.
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;

@@ -55,11 +55,13 @@ pub(super) fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Seg
     }
 }
 
+/// A file a packed chunk ended, and how.
+type Ended = (Arc<Entry>, Result<[u8; 16], FileError>);
+
 thread_local! {
     /// The files a packed chunk ended, reported together once it is written: the
     /// control writer wakes once per pack and sends their frames in one write.
-    static ENDED: std::cell::RefCell<Vec<(Arc<Entry>, Result<[u8; 16], FileError>)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    static ENDED: std::cell::RefCell<Vec<Ended>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Writes each small file of a packed chunk whole, and acknowledges the chunk.
