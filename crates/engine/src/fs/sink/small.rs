@@ -179,18 +179,22 @@ fn read_umask() -> Option<u32> {
 /// `linkat(AT_EMPTY_PATH)`, or through `/proc/self/fd` where that needs a capability
 /// this process lacks.
 fn link_in(file: &File, dir: &Dir, name: &str) -> Result<(), Errno> {
-    match rustix::fs::linkat(file, "", dir, name, AtFlags::EMPTY_PATH) {
-        Err(Errno::NOENT | Errno::PERM) => {
-            let fd = std::os::fd::AsRawFd::as_raw_fd(file);
-            let proc = format!("/proc/self/fd/{fd}");
-            let cwd = rustix::fs::CWD;
-            match rustix::fs::linkat(cwd, proc.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW) {
-                Err(Errno::NOENT | Errno::PERM | Errno::ACCESS) => {
-                    NO_TMPFILE.store(true, Ordering::Relaxed);
-                    Err(Errno::NOENT)
-                }
-                other => other,
-            }
+    /// Set once `AT_EMPTY_PATH` was refused (it needs `CAP_DAC_READ_SEARCH` before Linux
+    /// 6.10): later links go through /proc at once, with no failing `linkat` per file.
+    static NO_EMPTY_PATH: AtomicBool = AtomicBool::new(false);
+    if !NO_EMPTY_PATH.load(Ordering::Relaxed) {
+        match rustix::fs::linkat(file, "", dir, name, AtFlags::EMPTY_PATH) {
+            Err(Errno::NOENT | Errno::PERM) => NO_EMPTY_PATH.store(true, Ordering::Relaxed),
+            other => return other,
+        }
+    }
+    let fd = std::os::fd::AsRawFd::as_raw_fd(file);
+    let proc = format!("/proc/self/fd/{fd}");
+    let cwd = rustix::fs::CWD;
+    match rustix::fs::linkat(cwd, proc.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW) {
+        Err(Errno::NOENT | Errno::PERM | Errno::ACCESS) => {
+            NO_TMPFILE.store(true, Ordering::Relaxed);
+            Err(Errno::NOENT)
         }
         other => other,
     }
