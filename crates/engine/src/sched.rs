@@ -6,6 +6,7 @@ use crate::fs::layout::Layout;
 use crate::fs::Root;
 use sluice_session::sched::{self, ChunkFile, TargetId};
 use sluice_wire::{ChunkSet, RelPath};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -46,7 +47,12 @@ pub type Work = sched::Work<Arc<SrcFile>>;
 pub struct Scheduler {
     state: Mutex<sched::Scheduler<Arc<SrcFile>>>,
     ready: Condvar,
+    /// Readers blocked in [`Scheduler::next`] (changed under `state`'s lock): with none,
+    /// adding work wakes nobody (a `notify_all` is a `futex` call even then).
+    waiting: AtomicUsize,
 }
+
+type Guard<'a> = MutexGuard<'a, sched::Scheduler<Arc<SrcFile>>>;
 
 impl Scheduler {
     /// A scheduler for `chunk_bytes` chunks; files up to `small_max_bytes` are packed.
@@ -54,11 +60,23 @@ impl Scheduler {
         Scheduler {
             state: Mutex::new(sched::Scheduler::new(chunk_bytes, small_max_bytes)),
             ready: Condvar::new(),
+            waiting: AtomicUsize::new(0),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, sched::Scheduler<Arc<SrcFile>>> {
+    fn lock(&self) -> Guard<'_> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the readers waiting for work, if any and if there is work for them (`s`
+    /// is held while counting them, so none can be between its check for work and its
+    /// wait): a small file that only joins the open pack wakes nobody.
+    fn wake(&self, s: Guard<'_>) {
+        let any = self.waiting.load(Ordering::Relaxed) > 0 && s.has_work();
+        drop(s);
+        if any {
+            self.ready.notify_all();
+        }
     }
 
     /// Whether the master may add another file without exceeding the bounds.
@@ -68,27 +86,31 @@ impl Scheduler {
 
     /// Adds a file with data; `skip` lists chunks the sink already holds (resume).
     pub fn add(&self, file: Arc<SrcFile>, skip: Option<ChunkSet>) {
-        self.lock().add(file, skip);
-        self.ready.notify_all();
+        let mut s = self.lock();
+        s.add(file, skip);
+        self.wake(s);
     }
 
     /// Releases a partly filled pack (the scanner has nothing more right now).
     pub fn flush(&self) {
-        if self.lock().flush() {
-            self.ready.notify_all();
+        let mut s = self.lock();
+        if s.flush() {
+            self.wake(s);
         }
     }
 
     /// Queues work again (a chunk the sink rejected).
     pub fn retry(&self, work: Work) {
-        self.lock().retry(work);
-        self.ready.notify_all();
+        let mut s = self.lock();
+        s.retry(work);
+        self.wake(s);
     }
 
     /// No more files will be added: I/O threads end once the queues drain.
     pub fn close(&self) {
-        self.lock().close();
-        self.ready.notify_all();
+        let mut s = self.lock();
+        s.close();
+        self.wake(s);
     }
 
     /// The next piece of work, blocking until there is some; `None` once closed and
@@ -103,11 +125,13 @@ impl Scheduler {
             if s.is_closed() {
                 return None;
             }
+            self.waiting.fetch_add(1, Ordering::Relaxed);
             let (guard, t) = self
                 .ready
                 .wait_timeout(s, timeout)
                 .unwrap_or_else(PoisonError::into_inner);
             s = guard;
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
             if t.timed_out() {
                 return Some(Err(()));
             }

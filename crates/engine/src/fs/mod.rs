@@ -29,6 +29,7 @@ pub use root::{EntryKind, EntryMeta, Root};
 pub use scan::{ScanError, Scanner, SourceMap, KEEP_OPEN_DIRS};
 pub use sink::{
     finish_dir, is_partial_name, make_dir, make_symlink, same_size_and_mtime, temp_name,
-    write_small_file, Clobber, Incoming, ResumeMode, SinkFile, LOG_SUFFIX, PART_SUFFIX,
+    write_small_file, Clobber, Incoming, ResumeMode, SinkFile, SmallWriter, LOG_SUFFIX,
+    PART_SUFFIX,
 };
 pub use spec::{map_copy, CopyArgs, Mapping, SpecError};

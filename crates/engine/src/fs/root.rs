@@ -189,6 +189,42 @@ impl Root {
         self.open_read_flags(rel, libc::O_DIRECT)
     }
 
+    /// Opens `rel`, which the scan found to be a regular file, for reading: one
+    /// `openat2(RESOLVE_BENEATH)`, the last component not followed, and no `fstat` (the
+    /// caller knows the kind and size from the scan, and checks the size by reading:
+    /// a read past the scanned size, or one that ends before it, finds a file that
+    /// changed; a directory or FIFO put in its place fails the read). Falls back to
+    /// [`Root::open_read`] where `openat2` is unavailable.
+    ///
+    /// # Errors
+    /// As [`Root::open_read`].
+    pub fn open_read_scanned(&self, rel: &RelPath) -> Result<File, FsError> {
+        use rustix::fs::{OFlags, ResolveFlags};
+        if let Some(e) = crate::fault::read_error(rel.file_name()) {
+            return Err(self.err(Op::Open, rel.as_str(), e));
+        }
+        let flags =
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+        let mode = rustix::fs::Mode::empty();
+        for _ in 0..4 {
+            match rustix::fs::openat2(&self.dir, rel.as_str(), flags, mode, resolve) {
+                Ok(fd) => return Ok(File::from(fd)),
+                // A rename elsewhere raced the lookup: try again.
+                Err(rustix::io::Errno::AGAIN) => {}
+                Err(rustix::io::Errno::LOOP) => {
+                    return Err(self.wrong_kind(Op::Open, rel, "a symlink", "a regular file"))
+                }
+                Err(rustix::io::Errno::XDEV) => {
+                    return Err(self.err(Op::Open, rel.as_str(), escape()))
+                }
+                Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => break,
+                Err(e) => return Err(self.err(Op::Open, rel.as_str(), e.into())),
+            }
+        }
+        self.open_read(rel)
+    }
+
     fn open_read_flags(&self, rel: &RelPath, extra: i32) -> Result<File, FsError> {
         if let Some(e) = crate::fault::read_error(rel.file_name()) {
             return Err(self.err(Op::Open, rel.as_str(), e));

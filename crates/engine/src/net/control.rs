@@ -5,7 +5,7 @@
 use super::tls::Link;
 use super::transport::{peer_name, FrameReader};
 use crate::error::EngineError;
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver};
 use sluice_wire::{ChunkAck, Codec, Frame};
 use std::io::Write;
 use std::thread::JoinHandle;
@@ -19,7 +19,8 @@ const CONTROL_BATCH_BYTES: usize = 256 << 10;
 /// A handle any thread can use to send control frames to the peer.
 #[derive(Debug, Clone)]
 pub struct ControlTx {
-    tx: Sender<Frame>,
+    // std's channel blocks without `sched_yield` spinning (crossbeam's snoozes first).
+    tx: std::sync::mpsc::SyncSender<Frame>,
 }
 
 impl ControlTx {
@@ -35,7 +36,7 @@ impl ControlTx {
 pub fn spawn_writer(
     stream: Link,
 ) -> std::io::Result<(ControlTx, JoinHandle<Result<(), EngineError>>)> {
-    let (tx, rx) = bounded::<Frame>(CONTROL_QUEUE_FRAMES);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Frame>(CONTROL_QUEUE_FRAMES);
     let handle = std::thread::Builder::new()
         .name("control-tx".into())
         .spawn(move || {

@@ -17,23 +17,15 @@ pub(super) fn complete(
     handle: Option<Arc<SinkFile>>,
     digest: [u8; 16],
 ) {
-    let Some(mut file) = handle else {
+    let Some(file) = handle else {
         let missing = FileError::new(ErrorCode::Internal, "internal: file handle missing");
         finish_entry(shared, &e.entry, Err(missing));
         return;
     };
-    // Another writer drops its handle right after its write (one stray duplicate at
-    // most: the file has one writer); wait for it.
-    let file = loop {
-        match Arc::try_unwrap(file) {
-            Ok(f) => break f,
-            Err(f) => {
-                file = f;
-                std::thread::yield_now();
-            }
-        }
-    };
-    let result = complete_file(shared, e, file, digest);
+    // Another writer may still hold the handle for a moment (one stray duplicate at
+    // most: the file has one writer); finishing takes `&SinkFile`, so no wait for it.
+    let result = complete_file(shared, e, &file, digest);
+    drop(file);
     finish_entry(shared, &e.entry, result);
 }
 
@@ -41,7 +33,7 @@ pub(super) fn complete(
 fn complete_file(
     shared: &Shared,
     e: &Entry,
-    f: SinkFile,
+    f: &SinkFile,
     digest: [u8; 16],
 ) -> Result<[u8; 16], FileError> {
     if shared.opts.verify {
@@ -52,7 +44,7 @@ fn complete_file(
             )
         })?;
         if reread != digest {
-            f.abandon();
+            // Kept as partial: dropping the last handle abandons it.
             return Err(FileError::new(
                 ErrorCode::Io,
                 format!(

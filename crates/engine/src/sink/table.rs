@@ -3,7 +3,8 @@
 
 use super::{lock, Entry, Shared, ABORT_POLL};
 use sluice_session::sink::{FileTable, Forgotten, Lookup, TableError};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Where a received chunk's file stands after [`Table::wait`].
 pub(super) enum Waited {
@@ -20,21 +21,35 @@ pub(super) enum Waited {
 pub(super) struct Table {
     files: Mutex<FileTable<Arc<Entry>>>,
     added: Condvar,
+    /// Chunks waiting in [`Table::wait`] (changed under `files`' lock): with none, an
+    /// announcement wakes nobody (a `notify_all` is a `futex` call even then).
+    waiting: AtomicUsize,
 }
 
 impl Table {
     /// Registers a data file announced by the manifest.
     pub(super) fn insert(&self, e: Arc<Entry>) -> Result<(), TableError> {
         let id = e.entry.file_id;
-        lock(&self.files).insert(id, e)?;
-        self.added.notify_all();
+        let mut files = lock(&self.files);
+        files.insert(id, e)?;
+        self.wake(files);
         Ok(())
     }
 
     /// Records that the manifest has announced `id` (after its entry, if any, is in).
     pub(super) fn announced(&self, id: u64) {
-        lock(&self.files).announced(id);
-        self.added.notify_all();
+        let mut files = lock(&self.files);
+        files.announced(id);
+        self.wake(files);
+    }
+
+    /// Wakes the chunks waiting for an entry, if any (counted while `files` is held).
+    fn wake(&self, files: MutexGuard<'_, FileTable<Arc<Entry>>>) {
+        let any = self.waiting.load(Ordering::Relaxed) > 0;
+        drop(files);
+        if any {
+            self.added.notify_all();
+        }
     }
 
     pub(super) fn remove(&self, id: u64) -> Option<Arc<Entry>> {
@@ -61,11 +76,13 @@ impl Table {
                 Lookup::Wait => {}
             }
             let left = deadline.saturating_since(now).min(ABORT_POLL);
+            self.waiting.fetch_add(1, Ordering::Relaxed);
             files = self
                 .added
                 .wait_timeout(files, left)
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

@@ -60,41 +60,45 @@ pub(super) fn write_chunk(shared: &Shared, header: &ChunkHeader, segments: &[Seg
     }
 }
 
+/// A file a packed chunk ended, and how.
+type Ended = (Arc<Entry>, Result<[u8; 16], FileError>);
+
+thread_local! {
+    /// The files a packed chunk ended, reported together once it is written: the
+    /// control writer wakes once per pack and sends their frames in one write.
+    static ENDED: std::cell::RefCell<Vec<Ended>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Writes each small file of a packed chunk whole, and acknowledges the chunk.
 fn write_packed(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slot: Slot) {
     let data = slot.filled_bytes();
     let mut at = 0usize;
-    for seg in segments {
-        let len = seg.len as usize;
-        let bytes = &data[at..at + len];
-        at += len;
-        let e = match shared.table.wait(seg.file_id, shared) {
-            Waited::Found(e) => e,
-            Waited::Gone => {
-                tracing::warn!("file {} already ended: dropped", seg.file_id);
-                continue;
-            }
-            Waited::Late => {
-                ask_again(shared, seg.file_id, 0);
-                continue;
-            }
-        };
-        let digest = FileDigest::of_ordered(&[chunk_checksum(bytes)]);
-        let result = sinkfs::write_small_file(
-            &shared.root,
-            &e.dest,
-            bytes,
-            e.entry.mode,
-            e.entry.mtime_ns,
-            shared.opts.fsync,
-            shared.clobber(),
-        );
-        finish_entry(
-            shared,
-            &e.entry,
-            result.map(|()| digest).map_err(FileError::from),
-        );
-    }
+    let mut writer = sinkfs::SmallWriter::new(&shared.root);
+    ENDED.with_borrow_mut(|ended| {
+        for seg in segments {
+            let len = seg.len as usize;
+            let bytes = &data[at..at + len];
+            at += len;
+            let e = match shared.table.wait(seg.file_id, shared) {
+                Waited::Found(e) => e,
+                Waited::Gone => {
+                    tracing::warn!("file {} already ended: dropped", seg.file_id);
+                    continue;
+                }
+                Waited::Late => {
+                    ask_again(shared, seg.file_id, 0);
+                    continue;
+                }
+            };
+            let digest = FileDigest::of_ordered(&[chunk_checksum(bytes)]);
+            let meta = (e.entry.mode, e.entry.mtime_ns);
+            let result = writer.write(&e.dest, bytes, meta, shared.opts.fsync, shared.clobber());
+            ended.push((e, result.map(|()| digest).map_err(FileError::from)));
+        }
+        for (e, result) in ended.drain(..) {
+            finish_entry(shared, &e.entry, result);
+        }
+    });
     drop(slot);
     ack(shared, header);
 }

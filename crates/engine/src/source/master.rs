@@ -4,6 +4,7 @@
 //! for `auto`), then runs the close handshake once the data threads have ended.
 
 use super::read::ReadFailure;
+use super::scanq;
 use super::{ScanSpec, Sources};
 use crate::codec::SharedAuto;
 use crate::control::{ControlEvent, ControlTx, Wiring};
@@ -11,7 +12,7 @@ use crate::error::EngineError;
 use crate::fs::{Root, Scanner};
 use crate::sched::{Scheduler, Work};
 use crate::stats::{FileOutcome, Stats};
-use crossbeam_channel::{bounded, select, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{select, Receiver, RecvTimeoutError, Sender};
 use sluice_session::source::{Report, Resend, SourceAction, SourceCore, SourceError, Waiting};
 use sluice_session::time::Instant;
 use sluice_wire::{FileEntry, Frame, RelPath};
@@ -30,6 +31,8 @@ const ANSWER_WAIT: Duration = Duration::from_millis(100);
 
 /// One item from the scanner: the scan spec it came from, and an entry or why not.
 type ScanItem = (usize, Result<FileEntry, String>);
+/// Where the master takes the scanner's entries from.
+type ScanRx = super::scanq::ScanRx<ScanItem>;
 
 /// The session's clock: the core's time is the time since the master started.
 #[derive(Debug, Clone, Copy)]
@@ -156,7 +159,7 @@ impl<'a> Master<'a> {
     }
 
     /// One entry from the scanner into the core, or a pause while there is no room.
-    fn scan_step(&self, core: &mut SourceCore, entries: &Receiver<ScanItem>) {
+    fn scan_step(&self, core: &mut SourceCore, entries: &ScanRx) {
         if !core.can_announce() || !self.sched.has_room() {
             core.on_scan_idle();
             self.carry_out(core);
@@ -166,8 +169,8 @@ impl<'a> Master<'a> {
         match entries.recv_timeout(SCAN_WAIT) {
             Ok((spec, Ok(entry))) => core.on_entry(spec, entry),
             Ok((_, Err(msg))) => core.on_scan_error(msg),
-            Err(RecvTimeoutError::Timeout) => core.on_scan_idle(),
-            Err(RecvTimeoutError::Disconnected) => core.on_scan_end(),
+            Err(scanq::RecvError::Timeout) => core.on_scan_idle(),
+            Err(scanq::RecvError::Disconnected) => core.on_scan_end(),
         }
         self.carry_out(core);
     }
@@ -283,8 +286,9 @@ fn source_error(e: SourceError) -> EngineError {
 fn spawn_scanner(
     specs: &[ScanSpec],
     recursive: bool,
-) -> Result<(JoinHandle<()>, Receiver<ScanItem>), EngineError> {
-    let (tx, rx) = bounded::<ScanItem>(SCAN_QUEUE);
+) -> Result<(JoinHandle<()>, ScanRx), EngineError> {
+    // A scanner ahead of the master waits for half the queue to drain (see `scanq`).
+    let (tx, rx) = scanq::scan_queue::<ScanItem>(SCAN_QUEUE);
     let specs: Vec<(Arc<Root>, Option<RelPath>, Option<RelPath>)> = specs
         .iter()
         .map(|s| (Arc::clone(&s.root), s.start.clone(), s.prefix.clone()))

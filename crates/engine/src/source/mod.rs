@@ -14,6 +14,7 @@ mod dispatch;
 mod master;
 mod read;
 mod reader;
+mod scanq;
 
 use crate::codec::{CodecInputs, CodecPlan, CodecSite, SharedAuto};
 use crate::control::Wiring;

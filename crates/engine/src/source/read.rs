@@ -167,7 +167,9 @@ fn read_pack(
     Some(header)
 }
 
-/// Reads small file `f` whole into `slot` at `at`.
+/// Reads small file `f` whole into `slot` at `at`: one `openat2`, one `pread` (no
+/// `fstat`: the scan's size is checked by asking for one byte more where the slot has
+/// room, and by `fstat` only where it has not).
 fn read_segment(f: &SrcFile, slot: &mut Slot, at: usize) -> Result<Segment, String> {
     let (Ok(len), Ok(seg_len)) = (usize::try_from(f.size), u32::try_from(f.size)) else {
         return Err("too large to pack".into());
@@ -175,21 +177,47 @@ fn read_segment(f: &SrcFile, slot: &mut Slot, at: usize) -> Result<Segment, Stri
     if at + len > slot.len() {
         return Err("grew past the pack while being read".into());
     }
-    let h = f.root.open_read(&f.src_path).map_err(|e| e.to_string())?;
-    let meta_len = h.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
-    if meta_len != f.size {
+    let h = f
+        .root
+        .open_read_scanned(&f.src_path)
+        .map_err(|e| e.to_string())?;
+    let want = (len + 1).min(slot.len() - at);
+    let got = read_upto_at(&h, &mut slot[at..at + want], len)
+        .map_err(|e| format!("reading {:?}: {e}", f.src_path.as_str()))?;
+    let now = if got == len && want == len {
+        h.metadata().map(|m| m.len()).unwrap_or(u64::MAX)
+    } else {
+        got as u64
+    };
+    if now != f.size {
+        let more = if got > len { " or more" } else { "" };
         return Err(format!(
-            "{:?} changed size during the transfer ({} -> {meta_len} bytes)",
+            "{:?} changed size during the transfer ({} -> {now}{more} bytes)",
             f.src_path.as_str(),
             f.size
         ));
     }
-    read_full_at(&h, &mut slot[at..at + len], 0)
-        .map_err(|e| format!("reading {:?}: {e}", f.src_path.as_str()))?;
     Ok(Segment {
         file_id: f.id,
         len: seg_len,
     })
+}
+
+/// pread from offset 0 into `dst` until `len` bytes are in (one more when the first
+/// read brings it: a small file takes one `pread`) or the file ends; the bytes read.
+fn read_upto_at(f: &File, dst: &mut [u8], len: usize) -> std::io::Result<usize> {
+    let mut done = 0;
+    loop {
+        match f.read_at(&mut dst[done..], done as u64) {
+            Ok(0) => return Ok(done),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        if done >= len || done == dst.len() {
+            return Ok(done);
+        }
+    }
 }
 
 /// The header of chunk `offset` of `file`, read into `slot` (its checksum computed now).

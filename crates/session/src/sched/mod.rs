@@ -204,6 +204,18 @@ impl<F: ChunkFile + Clone> Scheduler<F> {
         self.closed = true;
     }
 
+    /// Whether [`Scheduler::next`] may have work now (a retry, a chunk of an active or
+    /// pending file, a released pack, or the end): a reader waiting for work needs
+    /// waking only then, not for a small file added to the open pack.
+    #[must_use]
+    pub fn has_work(&self) -> bool {
+        self.closed
+            || !self.retries.is_empty()
+            || !self.files.is_empty()
+            || self.layout.pending() > 0
+            || !self.packs.is_empty()
+    }
+
     /// Whether [`Scheduler::close`] was called.
     #[must_use]
     pub fn is_closed(&self) -> bool {

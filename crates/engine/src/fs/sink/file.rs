@@ -76,6 +76,22 @@ fn preallocate(file: &File, size: u64) -> std::io::Result<()> {
     }
 }
 
+/// Creates `name` with `o` (which has `create_new`); a stale one of an earlier run is
+/// removed first, only when there is one (no failing `unlinkat` per file).
+fn create_new_over_stale(
+    dir: &Dir,
+    name: &str,
+    o: &cap_std::fs::OpenOptions,
+) -> std::io::Result<cap_std::fs::File> {
+    match dir.open_with(name, o) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            remove_if_exists(dir, name)?;
+            dir.open_with(name, o)
+        }
+        other => other,
+    }
+}
+
 impl SinkFile {
     /// Prepares `rel` to receive `incoming`: creates missing parent directories, then
     /// either resumes the existing partial (with [`ResumeMode::Resume`], if its log was
@@ -127,11 +143,11 @@ impl SinkFile {
             }
         }
         let err = |op| io_err(root, rel, op);
-        remove_if_exists(&dir, &log_name).map_err(err(Op::Remove))?;
-        remove_if_exists(&dir, &tmp).map_err(err(Op::Remove))?;
         let mut o = open_opts(true, true);
         o.create_new(true).mode(0o600);
-        let file = dir.open_with(&tmp, &o).map_err(err(Op::Create))?.into_std();
+        let file = create_new_over_stale(&dir, &tmp, &o)
+            .map_err(err(Op::Create))?
+            .into_std();
         if let Err(e) = preallocate(&file, incoming.size) {
             // Nothing worth resuming (e.g. ENOSPC): leave nothing behind.
             let _ = dir.remove_file(&tmp);
@@ -139,8 +155,7 @@ impl SinkFile {
         }
         let mut o = open_opts(true, false);
         o.append(true).create_new(true).mode(0o600);
-        let mut log = dir
-            .open_with(&log_name, &o)
+        let mut log = create_new_over_stale(&dir, &log_name, &o)
             .map_err(err(Op::Create))?
             .into_std();
         log.write_all(&partial_log::encode_header(&header))
@@ -247,7 +262,11 @@ impl SinkFile {
     /// # Errors
     /// [`FsError`]; the partial and its log are kept for resume and the destination is
     /// untouched when the error comes before the rename.
-    pub fn finish(self, mode: u32, mtime_ns: i64, fsync: bool) -> Result<(), FsError> {
+    ///
+    /// Takes `&self`: the thread that completes a file need not wait for another writer
+    /// to drop its handle (all chunks are in, so any such writer is done, or rewriting
+    /// bytes that are already there).
+    pub fn finish(&self, mode: u32, mtime_ns: i64, fsync: bool) -> Result<(), FsError> {
         let err = |op, e| FsError::io(op, &self.root, self.rel.as_str(), e);
         if fsync {
             self.file.sync_all().map_err(|e| err(Op::Sync, e))?;

@@ -36,7 +36,7 @@ use super::root::{system_time_of, Root};
 
 pub use file::SinkFile;
 pub use links_dirs::{finish_dir, make_dir, make_symlink, same_size_and_mtime};
-pub use small::write_small_file;
+pub use small::{write_small_file, SmallWriter};
 
 /// Suffix of a partial file's name (after a leading `.` and the destination's name).
 pub const PART_SUFFIX: &str = ".sluice-part";

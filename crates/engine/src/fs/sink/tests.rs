@@ -428,3 +428,79 @@ fn writes_never_go_through_a_symlink_leading_out() {
         .is_file());
     assert!(!base.path().join("outside/new").exists());
 }
+
+/// The names in `dir`, sorted.
+fn names(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn small_writer_links_whole_files_with_exact_mode_and_mtime_and_leaves_no_temporaries() {
+    use std::os::unix::fs::MetadataExt;
+    let (_t, root) = root();
+    let mut w = SmallWriter::new(&root);
+    let mtime = 1_600_000_000_123_456_789;
+    // 0o666 and 0o4755: bits a usual umask clears, and set-id bits, must still be exact.
+    let modes = [0o600, 0o644, 0o666, 0o400, 0o4755];
+    for (i, mode) in modes.iter().enumerate() {
+        let p = rel(&format!("d/f{i}"));
+        w.write(&p, &data(100 + i), (*mode, mtime), i == 1, Clobber::Refuse)
+            .unwrap();
+    }
+    for (i, mode) in modes.iter().enumerate() {
+        let path = root.path().join(format!("d/f{i}"));
+        let m = std::fs::symlink_metadata(&path).unwrap();
+        assert_eq!(m.permissions().mode() & 0o7777, *mode, "f{i}");
+        assert_eq!(
+            m.mtime() as i64 * 1_000_000_000 + m.mtime_nsec(),
+            mtime,
+            "f{i}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), data(100 + i), "f{i}");
+        assert_eq!(m.nlink(), 1, "f{i}: linked once");
+    }
+    assert_eq!(
+        names(&root.path().join("d")),
+        ["f0", "f1", "f2", "f3", "f4"]
+    );
+}
+
+#[test]
+fn small_writer_replaces_refuses_and_ignores_a_stale_partial() {
+    let (_t, root) = root();
+    std::fs::write(root.path().join("x"), b"old").unwrap();
+    std::fs::write(root.path().join(".x.sluice-part"), b"stale").unwrap();
+    let mut w = SmallWriter::new(&root);
+    let e = w
+        .write(&rel("x"), b"new", (0o644, 0), false, Clobber::Refuse)
+        .unwrap_err();
+    assert!(matches!(e, FsError::AlreadyExists { .. }), "{e}");
+    assert_eq!(std::fs::read(root.path().join("x")).unwrap(), b"old");
+    w.write(&rel("x"), b"new", (0o640, 0), false, Clobber::Replace)
+        .unwrap();
+    assert_eq!(std::fs::read(root.path().join("x")).unwrap(), b"new");
+    let m = std::fs::metadata(root.path().join("x")).unwrap();
+    assert_eq!(m.permissions().mode() & 0o7777, 0o640);
+    assert_eq!(names(root.path()), ["x"], "the stale partial is gone too");
+    // A symlink in the way is refused (not followed), and replaced with Replace.
+    symlink_at(root.path(), "l", "x");
+    let e = w
+        .write(&rel("l"), b"n", (0o644, 0), false, Clobber::Refuse)
+        .unwrap_err();
+    assert!(matches!(e, FsError::AlreadyExists { .. }), "{e}");
+    w.write(&rel("l"), b"n", (0o644, 0), false, Clobber::Replace)
+        .unwrap();
+    assert!(std::fs::symlink_metadata(root.path().join("l"))
+        .unwrap()
+        .is_file());
+    assert_eq!(std::fs::read(root.path().join("x")).unwrap(), b"new");
+}
+
+fn symlink_at(dir: &std::path::Path, name: &str, target: &str) {
+    std::os::unix::fs::symlink(target, dir.join(name)).unwrap();
+}

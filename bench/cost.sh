@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Cost per file and per byte (issue 16), short and interleaved: sluice binaries (e.g. a
+# baseline and a candidate) beside `tar | tar` and `cp -a`, tool after tool in each
+# repetition (so a machine shared with other work slows all of them alike), with plain
+# directories as destinations (what users copy into) on one tmpfs.
+#
+#   bench/cost.sh [--files N] [--big GIB] [--reps R] [--dir D] BIN [BIN...]
+#
+# --files N   N small files (1-8 KiB) in directories of 1,000 (default 20000; 0: none)
+# --big GIB   also one GIB GiB file (default 0: none)
+# --reps R    repetitions of every tool (default 3); medians are printed
+# --dir D     where to mount the tmpfs (default /tmp/sluice-cost)
+# SERVE_ARGS / CP_ARGS (environment): extra flags for every `sluice serve` / `sluice cp`
+#
+# Prints one line per run and the medians: wall seconds, CPU seconds of the client, the
+# daemon (its whole process, read from /proc at exit) and the system's softirq time
+# (which carries loopback TCP; system-wide, so other load adds to it), and CPU seconds
+# per 1,000 files or per GB. Runs as root (mounts a tmpfs; no sudo needed); a daemon is
+# started per run with default flags, as a new user would.
+set -euo pipefail
+
+FILES=20000 BIG=0 REPS=3 DIR=/tmp/sluice-cost
+BINS=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --files) FILES=$2; shift 2 ;;
+        --big) BIG=$2; shift 2 ;;
+        --reps) REPS=$2; shift 2 ;;
+        --dir) DIR=$2; shift 2 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        *) BINS+=("$(realpath "$1")"); shift ;;
+    esac
+done
+[ ${#BINS[@]} -gt 0 ] || { echo "usage: bench/cost.sh [options] BIN [BIN...]" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "bench/cost.sh: run as root (it mounts a tmpfs)" >&2; exit 2; }
+
+TICK=$(getconf CLK_TCK)
+mkdir -p "$DIR"
+SIZE_MB=$(( (FILES * 8 / 1024 + BIG * 1024) * 2 + 256 ))
+mount -t tmpfs -o size=${SIZE_MB}m sluice-cost "$DIR"
+DPID=""
+cleanup() {
+    [ -n "$DPID" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null
+    umount -l "$DIR" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+python3 - "$DIR/src" "$FILES" "$BIG" <<'EOF'
+import os, random, sys
+d, n, big = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+os.makedirs(d, exist_ok=True)
+rnd = random.Random(16)
+for i in range(n):
+    sub = os.path.join(d, "d%03d" % (i // 1000))
+    os.makedirs(sub, exist_ok=True)
+    with open(os.path.join(sub, "f%06d" % i), "wb") as f:
+        f.write(os.urandom(rnd.randint(1024, 8192)))
+if big:
+    with open(os.path.join(d, "big"), "wb") as f:
+        block = os.urandom(1 << 20)
+        for _ in range(big << 10):
+            f.write(block)
+EOF
+BYTES=$(du -sb "$DIR/src" | cut -f1)
+
+softirq() { awk '/^cpu /{print $8}' /proc/stat; }
+# cpu_of PID -> utime+stime of a live process, in ticks
+cpu_of() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# run_one TOOL BIN -> "wall client daemon softirq" seconds
+run_one() {
+    local tool=$1 bin=${2-} dst=$DIR/dst t0 t1 s0 s1 out dcpu=0 port
+    rm -rf "$dst"; mkdir -p "$dst"
+    sync
+    if [ "$tool" = sluice ]; then
+        port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+        "$bin" serve ${SERVE_ARGS-} --root "$dst" --listen "127.0.0.1:$port" >/dev/null 2>&1 &
+        DPID=$!
+        for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
+    fi
+    s0=$(softirq); t0=$(date +%s.%N)
+    local tf=$DIR/time.txt
+    case $tool in
+        sluice) /usr/bin/time -o "$tf" -f '%U %S' "$bin" cp ${CP_ARGS-} -r "$DIR/src/" "sluice://127.0.0.1:$port/" >/dev/null 2>&1 ;;
+        tar-tar) /usr/bin/time -o "$tf" -f '%U %S' bash -c "tar -C '$DIR/src' -cf - . | tar -C '$dst' -xf -" ;;
+        cp-a) /usr/bin/time -o "$tf" -f '%U %S' cp -a "$DIR/src/." "$dst/" ;;
+    esac
+    out=$(tail -1 "$tf")
+    t1=$(date +%s.%N); s1=$(softirq)
+    if [ "$tool" = sluice ]; then
+        dcpu=$(cpu_of "$DPID")
+        kill -INT "$DPID"; wait "$DPID" 2>/dev/null || true; DPID=""
+    fi
+    [ "$(find "$dst" -type f | wc -l)" = "$(find "$DIR/src" -type f | wc -l)" ] || { echo "$tool: files missing" >&2; exit 1; }
+    awk -v w="$(awk -v a="$t1" -v b="$t0" 'BEGIN{print a-b}')" -v c="$out" -v d="$dcpu" \
+        -v s=$((s1 - s0)) -v tk="$TICK" 'BEGIN { split(c, u, " ");
+        printf "%.3f %.3f %.3f %.3f\n", w, u[1] + u[2], d / tk, s / tk }'
+}
+
+declare -A RES
+TOOLS=()
+for i in "${!BINS[@]}"; do TOOLS+=("sluice:$i"); done
+TOOLS+=(tar-tar cp-a)
+echo "# $FILES files + ${BIG} GiB, $BYTES bytes, tmpfs to tmpfs (plain directories), $REPS interleaved reps, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
+echo "# tool rep wall_s client_cpu_s daemon_cpu_s softirq_s"
+for rep in $(seq "$REPS"); do
+    for t in "${TOOLS[@]}"; do
+        case $t in
+            sluice:*) r=$(run_one sluice "${BINS[${t#sluice:}]}"); name="sluice[${t#sluice:}]" ;;
+            *) r=$(run_one "$t"); name=$t ;;
+        esac
+        echo "$name $rep $r"
+        RES[$name]+="$r"$'\n'
+    done
+done
+echo "# medians: tool wall_s cpu_total_s cpu_s_per_1000_files cpu_s_per_GB"
+for i in "${!BINS[@]}"; do echo "# sluice[$i] = ${BINS[$i]}"; done
+for name in "${!RES[@]}"; do
+    printf '%s' "${RES[$name]}" | awk -v n="$name" -v f="$FILES" -v b="$BYTES" '
+        { w[NR] = $1; c[NR] = $2 + $3 + $4 }
+        function med(a, k,   i, j, t) { for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+            return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
+        END { mw = med(w, NR); mc = med(c, NR);
+              printf "%-10s %7.3f %7.3f %7.3f %7.3f\n", n, mw, mc, (f ? mc * 1000 / f : 0), mc * 1e9 / b }'
+done | sort
