@@ -7,7 +7,7 @@ for pkg in libhwloc-dev libudev-dev hwloc pkg-config util-linux rsync iproute2 i
   openssl tcpdump openssh-client openssh-server \
   prometheus zsh fish man-db groff-base lintian dpkg-dev systemd \
   gfal2 gfal2-plugin-http gfal2-util-scripts python3-gfal2-util davix \
-  python3-venv python3-dev; do
+  python3-venv python3-dev strace linux-perf; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

@@ -10,14 +10,14 @@
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 mod common;
 
-use common::{run_in, ChildGuard, BIN, SMALL};
+use common::{run_in, skip, ChildGuard, BIN, SMALL};
 
 /// Files pushed: enough that a per-file syscall stands out of the fixed costs.
 const FILES: u64 = 2000;
@@ -65,15 +65,6 @@ fn calls(c: &Counts, name: &str) -> u64 {
 
 fn errors(c: &Counts, name: &str) -> u64 {
     c.get(name).map_or(0, |v| v.1)
-}
-
-/// Reports a check that cannot run here (a failure where `CI` is set).
-fn skip(reason: &str) {
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI is set, so this check must run: {reason}"
-    );
-    let _ = std::io::stderr().write_all(format!("SKIPPED: {reason}\n").as_bytes());
 }
 
 /// Whether `strace` runs here and may trace (a container may refuse ptrace).
