@@ -164,6 +164,7 @@ fn runtime_on(
     side: Side,
 ) -> Result<Arc<Runtime>> {
     let mut plan = job.plan(machine, side)?;
+    job.apply_adapt();
     if topology != "this" {
         tracing::warn!(
             "the plan is for {topology}, not this machine: threads and buffers run unbound here"

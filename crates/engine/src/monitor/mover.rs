@@ -122,6 +122,41 @@ pub fn move_counts() -> Vec<((String, u32), u64)> {
     with_log(|l| l.counts.iter().map(|(k, v)| (k.clone(), *v)).collect())
 }
 
+/// `sluice_thread_moves_total{role,node}` and `sluice_thread_cpu{role,thread,channel,node}`.
+pub(super) fn metrics(
+    e: &mut prometheus_client::encoding::DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    use super::prom::{counters, gauges, Labels};
+    let moves: Vec<(Labels, u64)> = move_counts()
+        .into_iter()
+        .map(|((role, node), n)| (vec![("role", role), ("node", node.to_string())], n))
+        .collect();
+    counters(
+        e,
+        "sluice_thread_moves",
+        "Bound threads adaptive placement moved to another core of their node.",
+        moves,
+    )?;
+    let cpus: Vec<(Labels, u64)> = threads::registered()
+        .into_iter()
+        .map(|t| {
+            let labels = vec![
+                ("role", t.role.clone()),
+                ("thread", format!("{}-{}", t.role, t.index)),
+                ("channel", t.channel.to_string()),
+                ("node", t.node.to_string()),
+            ];
+            (labels, u64::from(t.cpu))
+        })
+        .collect();
+    gauges(
+        e,
+        "sluice_thread_cpu",
+        "The CPU a bound thread is pinned to now.",
+        cpus,
+    )
+}
+
 fn record(event: Event) {
     let at = Instant::now();
     with_log(|l| match event {
@@ -306,8 +341,8 @@ impl Mover {
             Decision::Refused { thread, cpu, node } => {
                 let t = self.info.get(&thread)?;
                 let reason = format!(
-                    "foreign load {}% on CPU {cpu} and no other core of node {node} under {}%; \
-                     a move to another node would leave its buffer slots behind",
+                    "foreign load {}% on CPU {cpu} and no other core of node {node} under {}% \
+                     (never to another node: its buffer slots live on node {node})",
                     pct(cpu),
                     (self.tun.low * 100.0).round()
                 );

@@ -104,14 +104,17 @@ impl ProcReader {
         std::fs::read_to_string(self.root.join(rel)).ok()
     }
 
-    /// Every CPU's (total, idle) clock ticks since boot (idle counts iowait).
+    /// Every CPU's (total, idle) clock ticks since boot (idle counts iowait). Time the
+    /// hypervisor stole is left out of both: moving a thread within a guest cannot win
+    /// it back, and every vCPU of an overloaded host would otherwise look taken.
     pub fn cpu_ticks(&self) -> HashMap<u32, (u64, u64)> {
         let text = self.read("proc/stat").unwrap_or_default();
         text.lines()
             .filter_map(|line| {
                 let mut f = line.split_whitespace();
                 let cpu = f.next()?.strip_prefix("cpu")?.parse::<u32>().ok()?;
-                let v: Vec<u64> = f.take(8).filter_map(|x| x.parse().ok()).collect();
+                // user nice system idle iowait irq softirq (steal, guest... left out)
+                let v: Vec<u64> = f.take(7).filter_map(|x| x.parse().ok()).collect();
                 let total = v.iter().sum();
                 let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
                 Some((cpu, (total, idle)))
