@@ -445,6 +445,9 @@ fn print_summary(s: &sluice_engine::Summary) {
         s.plan.policy
     ) + "\n"));
     let _ = crate::output::stdout(&(s.bottleneck.line() + "\n"));
+    for line in sluice_engine::monitor::mover::lines(&s.placement_moves, &s.placement_refusals) {
+        let _ = crate::output::stdout(&(line + "\n"));
+    }
     if let Some(n) = &s.network {
         let _ = crate::output::stdout(
             &(format!(

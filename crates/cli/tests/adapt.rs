@@ -78,7 +78,13 @@ fn a_busy_loop_on_a_bound_threads_core_moves_the_thread_within_its_node() {
     let d = Daemon::start(&root);
     let url = d.url("24mb");
     let args = [
-        "--json", "--policy", "bind", "--bwlimit", "2M", "--adapt", "on",
+        "--json",
+        "--policy",
+        "bind",
+        "--bwlimit",
+        "2M",
+        "--adapt",
+        "on",
     ];
     let copy = {
         let (src, url) = (s(&src).to_string(), url.clone());
@@ -121,9 +127,9 @@ fn a_busy_loop_on_a_bound_threads_core_moves_the_thread_within_its_node() {
     let Some(now) = moved else {
         // The machine's other cores were as busy as the hogged one (other processes'
         // load): the monitor must have seen the hog and said why it stayed.
-        let said = refusals.iter().any(|r| {
-            r["role"] == "io-read" && r["cpu"] == cpu && r["reason"].as_str().is_some()
-        });
+        let said = refusals
+            .iter()
+            .any(|r| r["role"] == "io-read" && r["cpu"] == cpu && r["reason"].as_str().is_some());
         assert!(said, "io-read-0 neither moved nor was refused: {v}");
         eprintln!(
             "SKIP: every other core of the node was busy with other processes' load, so \

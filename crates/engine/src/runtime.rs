@@ -219,7 +219,12 @@ impl Runtime {
             Some(&[cpu]) => cpu,
             _ => return None,
         };
-        let node = self.plan.channels.iter().find(|c| c.id == channel)?.numa_node?;
+        let node = self
+            .plan
+            .channels
+            .iter()
+            .find(|c| c.id == channel)?
+            .numa_node?;
         Some(move || ThreadInfo {
             tid: sluice_affinity::current_tid(),
             role: role.to_string(),

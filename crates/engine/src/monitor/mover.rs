@@ -117,6 +117,23 @@ pub fn since(start: Instant) -> (Vec<PlacementMove>, Vec<PlacementRefusal>) {
     })
 }
 
+/// The text summary's lines of a transfer's moves and refusals (none when there were none).
+pub fn lines(moves: &[PlacementMove], refusals: &[PlacementRefusal]) -> Vec<String> {
+    let moved = moves.iter().map(|m| {
+        format!(
+            "placement: moved {} (channel {}, node {}) from CPU {} to CPU {} at {:.1} s: {}",
+            m.role, m.channel, m.node, m.from_cpu, m.to_cpu, m.at_secs, m.reason
+        )
+    });
+    let stayed = refusals.iter().map(|r| {
+        format!(
+            "placement: {} (channel {}, node {}) stayed on busy CPU {} at {:.1} s: {}",
+            r.role, r.channel, r.node, r.cpu, r.at_secs, r.reason
+        )
+    });
+    moved.chain(stayed).collect()
+}
+
 /// Moves made so far per (role, node).
 pub fn move_counts() -> Vec<((String, u32), u64)> {
     with_log(|l| l.counts.iter().map(|(k, v)| (k.clone(), *v)).collect())
@@ -215,7 +232,10 @@ fn run() {
     if let Err(e) = sluice_affinity::bind_current_thread(&allowed) {
         tracing::debug!("adaptive placement: cannot unpin its monitor thread: {e}");
     }
-    let mut mover = Mover::new(Sampler::new(ProcReader::system(), allowed), Tunables::default());
+    let mut mover = Mover::new(
+        Sampler::new(ProcReader::system(), allowed),
+        Tunables::default(),
+    );
     let mut idle = 0;
     loop {
         std::thread::sleep(TICK);
@@ -314,7 +334,10 @@ impl Mover {
         apply: &mut dyn FnMut(i32, u32) -> Result<(), String>,
     ) -> Option<Event> {
         let pct = |cpu: u32| {
-            let l = loads.iter().find(|l| l.cpu == cpu).map_or(0.0, |l| l.foreign);
+            let l = loads
+                .iter()
+                .find(|l| l.cpu == cpu)
+                .map_or(0.0, |l| l.foreign);
             (l * 100.0).round()
         };
         match d {

@@ -59,7 +59,10 @@ pub fn register(info: ThreadInfo) -> Option<Registration> {
     {
         let mut r = registry();
         if r.len() >= MAX_THREADS {
-            tracing::debug!("adaptive placement: registry full, {} not watched", info.role);
+            tracing::debug!(
+                "adaptive placement: registry full, {} not watched",
+                info.role
+            );
             return None;
         }
         r.retain(|t| t.tid != tid);

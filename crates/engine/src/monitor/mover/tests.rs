@@ -18,7 +18,10 @@ fn thread(tid: i32, role: &str, node: u32, cpu: u32) -> ThreadInfo {
 fn the_shell_moves_within_the_node_refuses_across_and_repins_through_the_kernel_call() {
     let p = FakeProc::new(&[&[0, 1], &[2, 3]]);
     let threads = [thread(101, "net-recv", 0, 0), thread(202, "io-write", 1, 2)];
-    let mut m = Mover::new(Sampler::new(p.reader(), vec![0, 1, 2, 3]), Tunables::default());
+    let mut m = Mover::new(
+        Sampler::new(p.reader(), vec![0, 1, 2, 3]),
+        Tunables::default(),
+    );
     let mut applied = Vec::new();
     let mut events = Vec::new();
     for s in 0..10u64 {
@@ -37,7 +40,11 @@ fn the_shell_moves_within_the_node_refuses_across_and_repins_through_the_kernel_
         };
         events.extend(m.tick(&threads, &mut apply));
     }
-    assert_eq!(applied, [(101, 1)], "only the node-0 thread moves, to CPU 1");
+    assert_eq!(
+        applied,
+        [(101, 1)],
+        "only the node-0 thread moves, to CPU 1"
+    );
     let moves: Vec<&PlacementMove> = events
         .iter()
         .filter_map(|e| match e {
@@ -47,7 +54,12 @@ fn the_shell_moves_within_the_node_refuses_across_and_repins_through_the_kernel_
         .collect();
     assert_eq!(moves.len(), 1, "{events:?}");
     assert_eq!(
-        (moves[0].role.as_str(), moves[0].node, moves[0].from_cpu, moves[0].to_cpu),
+        (
+            moves[0].role.as_str(),
+            moves[0].node,
+            moves[0].from_cpu,
+            moves[0].to_cpu
+        ),
         ("net-recv", 0, 0, 1)
     );
     assert!(moves[0].reason.contains("95%"), "{}", moves[0].reason);
@@ -92,7 +104,10 @@ fn recorded_moves_are_timed_from_the_start_asked_about() {
     };
     record(Event::Moved(-5, m.clone()));
     let (moves, _) = since(start);
-    let mine: Vec<_> = moves.iter().filter(|x| x.role == "test-only-role").collect();
+    let mine: Vec<_> = moves
+        .iter()
+        .filter(|x| x.role == "test-only-role")
+        .collect();
     assert_eq!(mine.len(), 1);
     assert!(mine[0].at_secs >= 0.0 && mine[0].to_cpu == 1);
     let later = Instant::now() + Duration::from_secs(3600);
@@ -100,4 +115,33 @@ fn recorded_moves_are_timed_from_the_start_asked_about() {
     assert!(move_counts()
         .iter()
         .any(|((role, node), n)| role == "test-only-role" && *node == 0 && *n == 1));
+}
+
+#[test]
+fn the_text_summary_has_a_line_per_move_and_refusal() {
+    let m = PlacementMove {
+        role: "io-read".into(),
+        channel: 0,
+        node: 1,
+        from_cpu: 3,
+        to_cpu: 2,
+        at_secs: 4.04,
+        reason: "why".into(),
+    };
+    let r = PlacementRefusal {
+        role: "net-recv".into(),
+        channel: 1,
+        node: 0,
+        cpu: 1,
+        at_secs: 5.0,
+        reason: "full".into(),
+    };
+    assert!(lines(&[], &[]).is_empty());
+    assert_eq!(
+        lines(&[m], &[r]),
+        [
+            "placement: moved io-read (channel 0, node 1) from CPU 3 to CPU 2 at 4.0 s: why",
+            "placement: net-recv (channel 1, node 0) stayed on busy CPU 1 at 5.0 s: full"
+        ]
+    );
 }

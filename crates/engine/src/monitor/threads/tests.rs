@@ -101,7 +101,7 @@ fn the_registry_is_bounded_and_forgets_a_thread_when_it_ends() {
         cpu: 0,
     };
     let base = -1_000_000;
-    let regs: Vec<Registration> = (0..MAX_THREADS as i32 + 5)
+    let regs: Vec<Registration> = (0..i32::try_from(MAX_THREADS).unwrap_or(i32::MAX) + 5)
         .filter_map(|i| register(info(base - i)))
         .collect();
     let ours = registered().iter().filter(|t| t.tid <= base).count();
