@@ -8,12 +8,13 @@
 # all still be on that node, and the `--json` summary's placement_moves must record the
 # move. Needs sluice, jq and busybox's taskset in the guest (tests/numa-vm/adapt.sh).
 #
-# Environment: SLUICE_ADAPT_MIB (file size, default 8), SLUICE_ADAPT_RATE (default 512K),
+# Environment: SLUICE_ADAPT_MIB (file size, default 16), SLUICE_ADAPT_RATE (default 1M,
+# the lowest --bwlimit),
 # SLUICE_ADAPT_DEADLINE_S (default 60; the monitor needs ~4 s, TCG is slow).
 set -eu
 . "$SLUICE_VM_LIB"
-MIB=${SLUICE_ADAPT_MIB:-8}
-RATE=${SLUICE_ADAPT_RATE:-512K}
+MIB=${SLUICE_ADAPT_MIB:-16}
+RATE=${SLUICE_ADAPT_RATE:-1M}
 DEADLINE=${SLUICE_ADAPT_DEADLINE_S:-60}
 OUT=$SLUICE_VM_OUT
 mkdir -p "$OUT" /tmp/root /tmp/src
@@ -52,6 +53,7 @@ while [ -z "$TID" ]; do
   for t in /proc/$CP/task/*; do
     [ "$(cat "$t/comm" 2>/dev/null)" = io-read-0 ] && TID=${t##*/}
   done
+  kill -0 "$CP" 2>/dev/null || fail "the copy ended early: $(tail -3 "$OUT/client.log")"
   i=$((i + 1)); [ $i -lt 600 ] || fail "the client's io-read-0 thread never ran"; sleep 0.1
 done
 FROM=$(allowed "$TID")
