@@ -6,23 +6,27 @@
 # thread on another core of the same node within ADAPT_DEADLINE_S seconds, the buffer
 # pool's pages (/proc/PID/numa_maps, the pool found by the range the engine logs) must
 # all still be on that node, and the `--json` summary's placement_moves must record the
-# move. Needs sluice, jq and busybox's taskset in the guest (tests/numa-vm/adapt.sh).
+# move. Then every core of the node is hogged: no thread may leave the node (the idle
+# nodes are never a target), and placement_refusals must say why. Needs sluice, jq and busybox's taskset in the guest (tests/numa-vm/adapt.sh).
 #
-# Environment: SLUICE_ADAPT_MIB (file size, default 16), SLUICE_ADAPT_RATE (default 1M,
+# Environment: SLUICE_ADAPT_MIB (file size, default 24), SLUICE_ADAPT_RATE (default 1M,
 # the lowest --bwlimit),
-# SLUICE_ADAPT_DEADLINE_S (default 60; the monitor needs ~4 s, TCG is slow).
+# SLUICE_ADAPT_DEADLINE_S (default 60; the monitor needs ~4 s, TCG is slow), SLUICE_ADAPT_MODE
+# (default on; `off` is the negative control: the scenario must then fail).
 set -eu
 . "$SLUICE_VM_LIB"
-MIB=${SLUICE_ADAPT_MIB:-16}
+MIB=${SLUICE_ADAPT_MIB:-24}
 RATE=${SLUICE_ADAPT_RATE:-1M}
 DEADLINE=${SLUICE_ADAPT_DEADLINE_S:-60}
 OUT=$SLUICE_VM_OUT
 mkdir -p "$OUT" /tmp/root /tmp/src
 fail() { echo "ADAPT FAIL ($SLUICE_VM_SHAPE): $*"; exit 1; }
 HOG=
+HOGS=
 DAEMON=
 cleanup() {
   [ -z "$HOG" ] || kill "$HOG" 2>/dev/null || true
+  for h in $HOGS; do kill "$h" 2>/dev/null || true; done
   [ -z "$DAEMON" ] || kill "$DAEMON" 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -37,7 +41,7 @@ until grep -q listen /tmp/daemon.json 2>/dev/null; do
 done
 ADDR=$(jq -r .listen /tmp/daemon.json)
 
-sluice cp --json --log info --policy bind --adapt on --bwlimit "$RATE" \
+sluice cp --json --log info --policy bind --adapt "${SLUICE_ADAPT_MODE:-on}" --bwlimit "$RATE" \
   --buffer-mem 32MiB --chunk-size 1MiB /tmp/src/big "sluice://$ADDR/big" \
   >"$OUT/summary.json" 2>"$OUT/client.log" &
 CP=$!
@@ -101,11 +105,33 @@ echo "buffer pool pages after the move: $on on node $NODE, $off elsewhere"
 [ "$on" -gt 0 ] || fail "no pool page found in numa_maps"
 [ "$off" -eq 0 ] || fail "$off pool pages left node $NODE"
 
+# every core of the node taken: the io-read threads stay on the node, refused and said
+for c in $(vm_expand_cpus "$(vm_node_cpus "$NODE")" | tr ',' ' '); do
+  taskset -c "$c" sh -c 'while :; do :; done' &
+  HOGS="$HOGS $!"
+done
+sleep "${SLUICE_ADAPT_FULL_S:-8}"
+for t in /proc/$CP/task/*; do
+  case $(cat "$t/comm" 2>/dev/null) in
+    io-read-*)
+      a=$(allowed "${t##*/}")
+      [ -z "$a" ] || [ "$(node_of "$a")" = "$NODE" ] || fail "$(cat "$t/comm") left node $NODE for CPU $a"
+      echo "node $NODE full: $(cat "$t/comm") stays on CPU $a" ;;
+  esac
+done
+for h in $HOGS; do kill "$h"; done
+HOGS=
+
 wait "$CP" || fail "the copy failed: $(tail -3 "$OUT/client.log")"
+jq -e --argjson n "$NODE" '.placement_refusals | any(.node == $n and .role == "io-read")' \
+  "$OUT/summary.json" >/dev/null || fail "no refusal on the full node $NODE: $(jq -c .placement_refusals "$OUT/summary.json")"
+jq -e --argjson n "$NODE" '[.placement_moves[] | select(.node != $n)] | length == 0' \
+  "$OUT/summary.json" >/dev/null || fail "a move off node $NODE: $(jq -c .placement_moves "$OUT/summary.json")"
+echo "refusals: $(jq -c '[.placement_refusals[] | {role, cpu, node, reason}]' "$OUT/summary.json")"
 cmp /tmp/src/big /tmp/root/big || fail "the copy differs"
 jq -e --argjson f "$FROM" --argjson t "$TO" --argjson n "$NODE" \
   '.placement_moves | any(.role == "io-read" and .from_cpu == $f and .to_cpu == $t and .node == $n)' \
   "$OUT/summary.json" >/dev/null || fail "placement_moves lacks $FROM -> $TO: $(jq -c .placement_moves "$OUT/summary.json")"
 echo "summary: $(jq -c '.placement_moves' "$OUT/summary.json")"
 grep 'placement: moved' "$OUT/client.log" || true
-echo "ADAPT PASS ($SLUICE_VM_SHAPE): io-read-0 moved CPU $FROM -> $TO within node $NODE in ~${took} s, pool pages stayed on node $NODE"
+echo "ADAPT PASS ($SLUICE_VM_SHAPE): io-read-0 moved CPU $FROM -> $TO within node $NODE in ~${took} s, pool pages stayed on node $NODE; with node $NODE full, nothing left it"
