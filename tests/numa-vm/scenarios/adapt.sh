@@ -7,12 +7,13 @@
 # pool's pages (/proc/PID/numa_maps, the pool found by the range the engine logs) must
 # all still be on that node, and the `--json` summary's placement_moves must record the
 # move. Then every core of the node is hogged: no thread may leave the node (the idle
-# nodes are never a target), and placement_refusals must say why. Needs sluice, jq and busybox's taskset in the guest (tests/numa-vm/adapt.sh).
+# nodes are never a target), and placement_refusals must say why. Needs sluice, jq and
+# busybox's taskset in the guest (tests/numa-vm/adapt.sh ships them).
 #
-# Environment: SLUICE_ADAPT_MIB (file size, default 24), SLUICE_ADAPT_RATE (default 1M,
-# the lowest --bwlimit),
-# SLUICE_ADAPT_DEADLINE_S (default 60; the monitor needs ~4 s, TCG is slow), SLUICE_ADAPT_MODE
-# (default on; `off` is the negative control: the scenario must then fail).
+# Environment: SLUICE_ADAPT_MIB (file size, default 24), SLUICE_ADAPT_RATE (default 1M, the
+# lowest --bwlimit), SLUICE_ADAPT_DEADLINE_S (default 60; the monitor needs ~4 s, TCG is
+# slow), SLUICE_ADAPT_FULL_S (seconds the whole node is hogged, default 8),
+# SLUICE_ADAPT_MODE (default on; `off` is the negative control: the scenario then fails).
 set -eu
 . "$SLUICE_VM_LIB"
 MIB=${SLUICE_ADAPT_MIB:-24}

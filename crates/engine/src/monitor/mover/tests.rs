@@ -115,6 +115,12 @@ fn recorded_moves_are_timed_from_the_start_asked_about() {
     assert!(move_counts()
         .iter()
         .any(|((role, node), n)| role == "test-only-role" && *node == 0 && *n == 1));
+    let text = crate::monitor::prom::render();
+    assert!(
+        text.contains(r#"sluice_thread_moves_total{role="test-only-role",node="0"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains("# TYPE sluice_thread_cpu gauge"), "{text}");
 }
 
 #[test]
