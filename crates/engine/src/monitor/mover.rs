@@ -195,7 +195,9 @@ fn record(event: Event) {
             l.moves.push_back((at, m));
         }
         Event::Refused(r) => {
-            tracing::warn!(
+            // info, not warn: the summary and the metrics report it; a busy machine
+            // should not fill every copy's stderr.
+            tracing::info!(
                 "placement: {} (channel {}, node {}) stays on busy CPU {}: {}",
                 r.role,
                 r.channel,
