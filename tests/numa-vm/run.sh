@@ -70,6 +70,12 @@ Options:
   --log FILE           also keep the full console log in FILE
   --disk-mib N         size of each virtio-blk disk (default 64)
   --append ARGS        extra kernel command line (e.g. "loglevel=7" to see boot messages)
+  --link listen:PORT|connect:PORT
+                       the first NIC joins another guest's through QEMU's socket backend
+                       (127.0.0.1:PORT; start the listening guest first) instead of the
+                       user-mode network: an emulated link between two guests
+  --guest-ip N         last octet of the first NIC's address (default 15) and, with --link,
+                       of its MAC, so two linked guests differ
   --keep               keep the work directory (initramfs, disk, logs)
   --verbose            stream the guest console to stderr while it runs
   -h, --help           this help
@@ -89,6 +95,8 @@ DISK_MIB=64
 KEEP=0
 VERBOSE=0
 APPEND=
+LINK=
+GUEST_IP=15
 BINS=()
 FILES=()
 EXTRA_MODULES=()
@@ -108,6 +116,8 @@ while [[ $# -gt 0 ]]; do
     --log) need_arg "$@"; LOG_COPY=$2; shift 2 ;;
     --disk-mib) need_arg "$@"; DISK_MIB=$2; shift 2 ;;
     --append) need_arg "$@"; APPEND+=" $2"; shift 2 ;;
+    --link) need_arg "$@"; LINK=$2; shift 2 ;;
+    --guest-ip) need_arg "$@"; GUEST_IP=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --verbose | -v) VERBOSE=1; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -120,6 +130,8 @@ done
 [[ -n ${SHAPE_NODES[$SHAPE]+x} ]] || usage_error "unknown shape '$SHAPE' (known: ${!SHAPE_NODES[*]})"
 [[ $TIMEOUT =~ ^[1-9][0-9]*$ ]] || usage_error "--timeout must be a positive number of seconds"
 [[ $DISK_MIB =~ ^[1-9][0-9]*$ ]] || usage_error "--disk-mib must be a positive number"
+[[ -z $LINK || $LINK =~ ^(listen|connect):[1-9][0-9]*$ ]] || usage_error "--link: want listen:PORT or connect:PORT"
+[[ $GUEST_IP =~ ^[1-9][0-9]?[0-9]?$ && $GUEST_IP -lt 255 ]] || usage_error "--guest-ip: want 1-254"
 for b in "${BINS[@]}"; do
   [[ -f ${b%%:*} ]] || usage_error "--bin ${b%%:*}: no such file"
   [[ $b != *:* || ${b#*:} == /* ]] || usage_error "--bin $b: the guest path must be absolute"
@@ -463,9 +475,17 @@ build_qemu_args() {
           die "shape $SHAPE: bad NIC '$dev' (want nic:NODE:MAC[:MBPS], lower-case MAC)"
         # each NIC gets its own user-mode subnet 10.0.(2+n).0/24, guest address .15
         local net="10.0.$((2 + nnet))"
-        devargs+=(-netdev "user,id=net$nnet,restrict=on,net=$net.0/24"
-          -device "virtio-net-pci,netdev=net$nnet,bus=rp$nport,mac=$mac,speed=$speed,duplex=full,romfile=")
-        NIC_FACTS+=" $mac,$node,$net.15,$speed"
+        local ip=15
+        if [[ -n $LINK && $nnet -eq 0 ]]; then
+          # a link to another guest: QEMU's socket backend, frames over host TCP
+          devargs+=(-netdev "socket,id=net$nnet,${LINK%%:*}=127.0.0.1:${LINK#*:}")
+          ip=$GUEST_IP
+          mac=${mac:0:15}$(printf %02x "$GUEST_IP") # the two ends' MACs differ too
+        else
+          devargs+=(-netdev "user,id=net$nnet,restrict=on,net=$net.0/24")
+        fi
+        devargs+=(-device "virtio-net-pci,netdev=net$nnet,bus=rp$nport,mac=$mac,speed=$speed,duplex=full,romfile=")
+        NIC_FACTS+=" $mac,$node,$net.$ip,$speed"
         nnet=$((nnet + 1))
         ;;
       disk)

@@ -67,14 +67,24 @@ fn parse_stat_processor(stat: &str) -> Option<u32> {
 /// # Errors
 /// [`AffinityError::Syscall`] if the kernel refuses even the largest mask (65 536 CPUs).
 pub fn thread_affinity() -> Result<Vec<u32>, AffinityError> {
+    task_affinity(0)
+}
+
+/// The CPUs thread `tid` of this process may run on (`sched_getaffinity(tid)`; 0 is the
+/// calling thread), ascending: the read-back of [`crate::rebind_thread`].
+///
+/// # Errors
+/// [`AffinityError::Syscall`] if the thread is gone (`ESRCH`) or the kernel refuses even
+/// the largest mask (65 536 CPUs).
+pub fn task_affinity(tid: i32) -> Result<Vec<u32>, AffinityError> {
     let mut words = 16usize; // 1024 CPUs, glibc's cpu_set_t
     loop {
         let mut mask = vec![0u64; words];
         let bytes = words * std::mem::size_of::<u64>();
-        // SAFETY: `mask` is a live, writable buffer of exactly `bytes` bytes; pid 0 is the
-        // calling thread; the kernel writes at most `bytes` bytes and returns how many.
+        // SAFETY: `mask` is a live, writable buffer of exactly `bytes` bytes; `tid` is a
+        // thread id (0: the calling thread), checked by the kernel; the kernel writes at most `bytes` bytes and returns how many.
         let ret =
-            unsafe { libc::syscall(libc::SYS_sched_getaffinity, 0, bytes, mask.as_mut_ptr()) };
+            unsafe { libc::syscall(libc::SYS_sched_getaffinity, tid, bytes, mask.as_mut_ptr()) };
         if ret >= 0 {
             return Ok(mask_to_cpus(&mask));
         }

@@ -38,15 +38,17 @@ mod bind;
 mod error;
 mod kernel;
 mod memory;
+mod rebind;
 mod verify;
 
 pub use bind::{allowed_cpus, allowed_nodes, bind_current_thread, bind_memory};
 pub use error::AffinityError;
 pub use kernel::{
-    current_cpu, memory_policy, page_bytes, page_node, page_nodes, stat_cpu, thread_affinity,
-    MemPolicy, PolicyMode,
+    current_cpu, memory_policy, page_bytes, page_node, page_nodes, stat_cpu, task_affinity,
+    thread_affinity, MemPolicy, PolicyMode,
 };
 pub use memory::{NodeMemory, PageReport, HUGE_PAGE_BYTES};
+pub use rebind::{current_tid, rebind_thread};
 pub use verify::{
     apply_and_verify, PartitionRow, ThreadRow, VerifyReport, CPU_SAMPLES_PER_THREAD,
     VERIFY_BYTES_MAX_PER_CHANNEL,

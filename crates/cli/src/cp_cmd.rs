@@ -166,6 +166,7 @@ fn runtime_on(
     side: Side,
 ) -> Result<Arc<Runtime>> {
     let mut plan = job.plan(machine, side)?;
+    job.apply_adapt();
     if topology != "this" {
         tracing::warn!(
             "the plan is for {topology}, not this machine: threads and buffers run unbound here"
@@ -452,6 +453,9 @@ fn print_summary(s: &sluice_engine::Summary) {
         s.plan.policy
     ) + "\n"));
     let _ = crate::output::stdout(&(s.bottleneck.line() + "\n"));
+    for line in sluice_engine::monitor::mover::lines(&s.placement_moves, &s.placement_refusals) {
+        let _ = crate::output::stdout(&(line + "\n"));
+    }
     if let Some(n) = &s.network {
         let _ = crate::output::stdout(
             &(format!(

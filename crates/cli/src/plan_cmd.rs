@@ -82,6 +82,27 @@ pub struct JobArgs {
     /// Chunk (buffer slot) size, a multiple of 4 KiB, e.g. 4MiB.
     #[arg(long, value_name = "BYTES", default_value = DEFAULT_CHUNK)]
     pub chunk_size: String,
+    /// Adaptive placement while transfers run: `on` moves a thread the plan pins to one
+    /// core to a free core of the same node when other processes take its core (never
+    /// to another node); `off` leaves every thread where the plan put it.
+    #[arg(long, value_enum, value_name = "on|off", default_value_t = Adapt::On)]
+    pub adapt: Adapt,
+}
+
+/// `--adapt`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Adapt {
+    /// Move threads off cores taken by foreign load.
+    On,
+    /// Leave threads where the plan put them.
+    Off,
+}
+
+impl JobArgs {
+    /// Applies `--adapt` to this process.
+    pub fn apply_adapt(&self) {
+        sluice_engine::monitor::mover::set_enabled(self.adapt == Adapt::On);
+    }
 }
 
 /// Arguments of `sluice plan`.

@@ -91,6 +91,7 @@ fn stream_runtime(job: &JobArgs, side: Side) -> Result<Arc<Runtime>> {
         job.chunk_size = "16MiB".into();
     }
     let plan = job.plan(&load_machine("this")?, side)?;
+    job.apply_adapt();
     Ok(Arc::new(
         Runtime::new(plan).context("allocating buffer pools")?,
     ))

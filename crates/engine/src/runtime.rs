@@ -5,6 +5,7 @@
 //! borrow its pools; nothing on the data path allocates buffer memory afterwards.
 
 use crate::error::EngineError;
+use crate::monitor::threads::ThreadInfo;
 use crossbeam_channel::{Receiver, Sender};
 use sluice_buffers::BufferPool;
 use sluice_placement::{Plan, Role, ThreadPlan};
@@ -188,17 +189,49 @@ impl Runtime {
             .thread_plan(role, index)
             .and_then(|(_, t)| t.cpus.clone())
             .or_else(|| Some(self.allowed_cpus.clone()).filter(|c| !c.is_empty()));
+        let watch = self.watch_info(role, index);
         std::thread::Builder::new()
             .name(format!("{role}-{index}"))
             .spawn(move || {
+                let mut pinned = false;
                 if let Some(cpus) = cpus {
-                    if let Err(e) = sluice_affinity::bind_current_thread(&cpus) {
-                        tracing::warn!(
+                    match sluice_affinity::bind_current_thread(&cpus) {
+                        Ok(()) => pinned = true,
+                        Err(e) => tracing::warn!(
                             "cannot pin {role} {index} to CPUs {cpus:?}: {e}; running unbound"
-                        );
+                        ),
                     }
                 }
+                // Watched by adaptive placement while it runs (dropped when it ends).
+                let _watched = watch
+                    .filter(|_| pinned)
+                    .and_then(|info| crate::monitor::threads::register(info()));
                 f()
             })
+    }
+
+    /// What adaptive placement watches of thread `index` of `role`: a thread the plan
+    /// pins to one CPU of a channel whose buffers are bound to a node (others are left
+    /// to the kernel's scheduler already). The thread id is filled in by the thread.
+    fn watch_info(&self, role: Role, index: u32) -> Option<impl FnOnce() -> ThreadInfo> {
+        let (channel, t) = self.thread_plan(role, index)?;
+        let cpu = match t.cpus.as_deref() {
+            Some(&[cpu]) => cpu,
+            _ => return None,
+        };
+        let node = self
+            .plan
+            .channels
+            .iter()
+            .find(|c| c.id == channel)?
+            .numa_node?;
+        Some(move || ThreadInfo {
+            tid: sluice_affinity::current_tid(),
+            role: role.to_string(),
+            index,
+            channel,
+            node,
+            cpu,
+        })
     }
 }

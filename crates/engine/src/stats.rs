@@ -367,6 +367,7 @@ impl Stats {
     pub fn summary(&self, plan: &sluice_placement::Plan) -> Summary {
         let seconds = self.started.elapsed().as_secs_f64();
         let bottleneck = self.bottleneck();
+        let (placement_moves, placement_refusals) = monitor::mover::since(self.started);
         let i = self.inner();
         let bytes = self.payload_bytes.load(Ordering::Relaxed);
         let files_done = self.files_done.load(Ordering::Relaxed);
@@ -399,6 +400,8 @@ impl Stats {
             network: i.network.clone(),
             channels: self.channel_figures(&i.channels),
             bottleneck,
+            placement_moves,
+            placement_refusals,
             plan: plan.clone(),
             failures: i.failures.clone(),
             scan_errors: i.scan_errors.clone(),
@@ -461,6 +464,12 @@ pub struct Summary {
     /// Which resource bound the transfer on this side, and for what share of the time
     /// (from the stage counters).
     pub bottleneck: Bottleneck,
+    /// Threads adaptive placement moved to a free core of their node while this
+    /// transfer ran (`--adapt on`), in order.
+    pub placement_moves: Vec<monitor::mover::PlacementMove>,
+    /// Threads whose core foreign load took that stayed: their node had no free core
+    /// (a move to another node is never made).
+    pub placement_refusals: Vec<monitor::mover::PlacementRefusal>,
     /// The plan this side used.
     pub plan: sluice_placement::Plan,
     /// Every failed file with its error.

@@ -5,9 +5,13 @@
 //! the move is refused and said once. Hysteresis keeps it from oscillating: a core must
 //! stay hot for `sustain` ticks before its thread moves, a moved thread stays put for
 //! `cooldown` ticks, and only a core under `low` load (well below `high`) is a target.
+//! Among targets, a core none of the watched threads uses comes first; one that our own
+//! threads share is taken only where the node has no other (our own load is not
+//! foreign: the plan itself puts several threads on one core).
 //!
-//! The I/O shell (reading `/proc/stat` and the threads' CPUs, re-pinning them) is not
-//! wired yet: this is the part a test can show does not oscillate.
+//! Threads are known by a key (the shell's thread id; [`Adapter::new`]'s are their
+//! indexes), watched and unwatched as they come and go. The I/O shell that reads
+//! `/proc` and re-pins threads is [`super::mover`].
 
 /// The thresholds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,7 +62,7 @@ pub struct CpuLoad {
 pub enum Decision {
     /// Thread `thread` moves from `from` to `to`, both on `node`.
     Move {
-        /// The thread's index.
+        /// The thread's key.
         thread: usize,
         /// Its CPU until now.
         from: u32,
@@ -69,7 +73,7 @@ pub enum Decision {
     },
     /// Thread `thread`'s core is hot but its node has no free core: it stays.
     Refused {
-        /// The thread's index.
+        /// The thread's key.
         thread: usize,
         /// Its (hot) CPU.
         cpu: u32,
@@ -80,6 +84,7 @@ pub enum Decision {
 
 #[derive(Debug, Clone)]
 struct Watched {
+    key: usize,
     bound: Bound,
     hot_ticks: u32,
     cooldown_left: u32,
@@ -102,7 +107,9 @@ impl Adapter {
         );
         let threads = threads
             .iter()
-            .map(|&bound| Watched {
+            .enumerate()
+            .map(|(key, &bound)| Watched {
+                key,
                 bound,
                 hot_ticks: 0,
                 cooldown_left: 0,
@@ -110,6 +117,29 @@ impl Adapter {
             })
             .collect();
         Adapter { tun, threads }
+    }
+
+    /// Watches thread `key` bound at `bound` (nothing if it is watched already).
+    pub fn watch(&mut self, key: usize, bound: Bound) {
+        if self.threads.iter().all(|t| t.key != key) {
+            self.threads.push(Watched {
+                key,
+                bound,
+                hot_ticks: 0,
+                cooldown_left: 0,
+                refusal_said: false,
+            });
+        }
+    }
+
+    /// Stops watching thread `key` (it ended).
+    pub fn unwatch(&mut self, key: usize) {
+        self.threads.retain(|t| t.key != key);
+    }
+
+    /// The keys watched now, in order.
+    pub fn keys(&self) -> Vec<usize> {
+        self.threads.iter().map(|t| t.key).collect()
     }
 
     /// Where the threads are now.
@@ -150,7 +180,8 @@ impl Adapter {
             return None;
         }
         let Bound { node, cpu } = t.bound;
-        match self.free_core(node, loads) {
+        let key = t.key;
+        match self.free_core(node, cpu, loads) {
             Some(to) => {
                 debug_assert!(loads.iter().any(|l| l.cpu == to && l.node == node));
                 let t = &mut self.threads[i];
@@ -158,7 +189,7 @@ impl Adapter {
                 t.hot_ticks = 0;
                 t.cooldown_left = tun.cooldown;
                 Some(Decision::Move {
-                    thread: i,
+                    thread: key,
                     from: cpu,
                     to,
                     node,
@@ -169,7 +200,7 @@ impl Adapter {
                 let first = !t.refusal_said;
                 t.refusal_said = true;
                 first.then_some(Decision::Refused {
-                    thread: i,
+                    thread: key,
                     cpu,
                     node,
                 })
@@ -177,13 +208,19 @@ impl Adapter {
         }
     }
 
-    /// The least loaded core of `node` under `low` that no watched thread uses.
-    fn free_core(&self, node: u32, loads: &[CpuLoad]) -> Option<u32> {
+    /// A core of `node` other than `from` under `low` foreign load: the one the fewest
+    /// watched threads use, then the least loaded, then the lowest.
+    fn free_core(&self, node: u32, from: u32, loads: &[CpuLoad]) -> Option<u32> {
+        let users = |cpu: u32| self.threads.iter().filter(|t| t.bound.cpu == cpu).count();
         loads
             .iter()
-            .filter(|l| l.node == node && l.foreign < self.tun.low)
-            .filter(|l| self.threads.iter().all(|t| t.bound.cpu != l.cpu))
-            .min_by(|a, b| a.foreign.total_cmp(&b.foreign).then(a.cpu.cmp(&b.cpu)))
+            .filter(|l| l.node == node && l.cpu != from && l.foreign < self.tun.low)
+            .min_by(|a, b| {
+                users(a.cpu)
+                    .cmp(&users(b.cpu))
+                    .then(a.foreign.total_cmp(&b.foreign))
+                    .then(a.cpu.cmp(&b.cpu))
+            })
             .map(|l| l.cpu)
     }
 }

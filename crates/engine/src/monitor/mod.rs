@@ -8,13 +8,17 @@
 //! * [`prom`]: the OpenMetrics text of the process (`prometheus-client`).
 //! * [`http`]: `GET /metrics` on its own thread (hyper on a current-thread tokio).
 //! * [`bottleneck`]: which resource bound a transfer, from its stage counters.
+//! * [`adapt`], [`threads`], [`mover`]: adaptive placement: the decision core, the
+//!   registry of bound threads with the `/proc` sampler, and the monitor thread.
 
 pub mod adapt;
 pub mod bottleneck;
 pub mod http;
 pub mod machine;
+pub mod mover;
 pub mod prom;
 pub mod stage;
+pub mod threads;
 
 pub use bottleneck::Bottleneck;
 pub use stage::{CellFigures, Stage, StageClock, StageCounters, Time};

@@ -12,7 +12,7 @@ use prometheus_client::registry::Registry;
 use std::fmt::Error;
 
 /// A metric's labels.
-type Labels = Vec<(&'static str, String)>;
+pub(super) type Labels = Vec<(&'static str, String)>;
 
 /// The media type of [`render`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -32,6 +32,7 @@ impl prometheus_client::collector::Collector for Collector {
         let nodes = machine::nodes();
         cores(&mut e, &nodes)?;
         node_memory(&mut e, &nodes)?;
+        super::mover::metrics(&mut e)?;
         nics(&mut e)
     }
 }
@@ -85,7 +86,7 @@ pub fn classic(openmetrics: &str) -> String {
     out
 }
 
-fn counters<V>(
+pub(super) fn counters<V>(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -101,7 +102,7 @@ where
     Ok(())
 }
 
-fn gauges<V>(
+pub(super) fn gauges<V>(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,

@@ -99,3 +99,61 @@ fn two_threads_never_move_onto_the_same_core() {
         "{p:?}"
     );
 }
+
+#[test]
+fn a_core_our_own_threads_share_is_taken_only_when_the_node_has_no_other() {
+    // Node 0 of a two-core machine: thread 0 on the hot CPU 0, thread 1 on CPU 1.
+    let two = |hot: u32| -> Vec<CpuLoad> {
+        (0..2)
+            .map(|cpu| CpuLoad {
+                cpu,
+                node: 0,
+                foreign: if cpu == hot { 1.0 } else { 0.0 },
+            })
+            .collect()
+    };
+    let mut a = Adapter::new(
+        &[Bound { node: 0, cpu: 0 }, Bound { node: 0, cpu: 1 }],
+        Tunables::default(),
+    );
+    let mut all = Vec::new();
+    for _ in 0..10 {
+        all.extend(a.tick(&two(0)));
+    }
+    assert_eq!(
+        all,
+        [Decision::Move {
+            thread: 0,
+            from: 0,
+            to: 1,
+            node: 0
+        }]
+    );
+    // With CPUs 2-3 free on node 0, the unshared one wins over CPU 1.
+    let mut b = Adapter::new(
+        &[Bound { node: 0, cpu: 0 }, Bound { node: 0, cpu: 1 }],
+        Tunables::default(),
+    );
+    let all: Vec<Decision> = (0..10).flat_map(|_| b.tick(&loads(&[0]))).collect();
+    assert!(matches!(all[..], [Decision::Move { to: 2, .. }]), "{all:?}");
+}
+
+#[test]
+fn threads_watched_later_are_known_by_their_key_and_unwatched_ones_never_move() {
+    let mut a = Adapter::new(&[], Tunables::default());
+    a.watch(4242, Bound { node: 1, cpu: 4 });
+    a.watch(77, Bound { node: 1, cpu: 5 });
+    a.watch(4242, Bound { node: 1, cpu: 6 }); // already watched: unchanged
+    a.unwatch(77);
+    assert_eq!(a.keys(), [4242]);
+    let all: Vec<Decision> = (0..10).flat_map(|_| a.tick(&loads(&[4, 5]))).collect();
+    assert_eq!(
+        all,
+        [Decision::Move {
+            thread: 4242,
+            from: 4,
+            to: 6,
+            node: 1
+        }]
+    );
+}
