@@ -6,6 +6,8 @@
 //! PyPI for maturin, numpy and pytest; without venv it skips LOUDLY. `SLUICE_PYTHON`
 //! names another interpreter.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -82,7 +84,9 @@ fn the_python_package_installs_and_its_tests_pass() {
     let python = match python() {
         Ok(p) => p,
         Err(why) => {
-            eprintln!("SKIP: the Python package's tests need a python3 with venv: {why}");
+            common::skip(&format!(
+                "the Python package's tests need a python3 with venv: {why}"
+            ));
             return;
         }
     };

@@ -134,7 +134,7 @@ impl Lan {
             );
         }
         if !sh(&script) {
-            eprintln!("SKIP: cannot create network namespaces here (not root?): third-party over a LAN not tested");
+            common::skip("cannot create network namespaces here (not root?): third-party over a LAN not tested");
             return None;
         }
         Some(lan)

@@ -333,7 +333,7 @@ impl Push<'_> {
 #[test]
 fn a_long_lossy_path_is_measured_and_a_push_killed_on_either_side_resumes() {
     if let Some(why) = no_delay_line() {
-        eprintln!("SKIP: the long-path test {why}");
+        common::skip(&format!("the long-path test {why}"));
         return;
     }
     let path = LongPath::up(100, "200mbit", "0.001");

@@ -3,11 +3,9 @@
 //! No key is interpreted here (that is [`super::keys`]); this module only turns the text
 //! into `(key, line, value)` entries and says where a syntax error is.
 
+use sluice_engine::accounts::file::read_bounded;
 use std::path::{Path, PathBuf};
 use toml::de::{DeTable, DeValue};
-
-/// Largest configuration file read, in bytes (it may hold thousands of accounts).
-pub const MAX_FILE_BYTES: u64 = 4 << 20;
 
 /// A top-level value as the keys need it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,19 +148,6 @@ fn one_line(s: &str) -> String {
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn read_bounded(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    let f = std::fs::File::open(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let mut bytes = Vec::new();
-    f.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!("larger than {MAX_FILE_BYTES} bytes"));
-    }
-    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".into())
 }
 
 #[cfg(test)]

@@ -99,7 +99,10 @@ impl Netns {
         for step in &steps {
             let args: Vec<&str> = step.iter().map(String::as_str).collect();
             if let Err(e) = sh(&args) {
-                eprintln!("SKIP: cannot build the network namespace {}: {e}", ns.name);
+                crate::common::skip(&format!(
+                    "cannot build the network namespace {}: {e}",
+                    ns.name
+                ));
                 return None;
             }
         }

@@ -213,18 +213,20 @@ pub struct Out {
 /// [`COMMAND_TIMEOUT`].
 pub fn run_in(program: &str, args: &[&str], cwd: Option<&Path>) -> Out {
     let mut cmd = Command::new(program);
-    cmd.args(args)
-        .env_remove("SLUICE_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(args).env_remove("SLUICE_LOG");
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
-    let mut child = ChildGuard(
-        cmd.spawn()
-            .unwrap_or_else(|e| panic!("{program} runs: {e}")),
-    );
+    finish(cmd, &format!("{program} {args:?}"), COMMAND_TIMEOUT)
+}
+
+/// Runs `cmd` (no input, output captured) to its end, failing the test when it runs
+/// longer than `limit`; `what` names it in that failure.
+pub fn finish(mut cmd: Command, what: &str, limit: Duration) -> Out {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = ChildGuard(cmd.spawn().unwrap_or_else(|e| panic!("{what} runs: {e}")));
     let drain = |r: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut s = Vec::new();
@@ -236,14 +238,14 @@ pub fn run_in(program: &str, args: &[&str], cwd: Option<&Path>) -> Out {
     };
     let stdout = drain(child.0.stdout.take().map(|s| Box::new(s) as _));
     let stderr = drain(child.0.stderr.take().map(|s| Box::new(s) as _));
-    let deadline = Instant::now() + COMMAND_TIMEOUT;
+    let deadline = Instant::now() + limit;
     let status = loop {
         if let Some(status) = child.0.try_wait().expect("waiting for a child") {
             break status;
         }
         assert!(
             Instant::now() < deadline,
-            "{program} {args:?}: still running after {COMMAND_TIMEOUT:?}"
+            "{what}: still running after {limit:?}"
         );
         std::thread::sleep(Duration::from_millis(10));
     };

@@ -51,7 +51,7 @@ impl Sshd {
     /// no `ip`) and returns `None`.
     pub fn start() -> Option<Sshd> {
         if let Some(why) = missing() {
-            eprintln!("SKIP: the ssh tests need {why}");
+            crate::common::skip(&format!("the ssh tests need {why}"));
             return None;
         }
         let n = NEXT.fetch_add(1, Ordering::SeqCst);

@@ -49,7 +49,7 @@ impl Pair {
         match p.build(pid) {
             Ok(()) => Some(p),
             Err(e) => {
-                eprintln!("SKIP: cannot make network namespaces here: {e}");
+                crate::common::skip(&format!("cannot make network namespaces here: {e}"));
                 None
             }
         }

@@ -3,10 +3,9 @@
 
 #![allow(dead_code)]
 
-use super::common::{ChildGuard, Daemon};
-use std::io::Read;
+use super::common::{self, ChildGuard, Daemon};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long one client command may run.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -30,14 +29,11 @@ impl Ran {
     }
 }
 
-/// Whether `tool` can be run here; prints a loud SKIP line when it cannot.
+/// Whether `tool` can be run here; a loud skip when it cannot (a failure in CI).
 pub fn have(tool: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let found = common::have(tool);
     if !found {
-        eprintln!("SKIP: {tool} is not installed (scripts/setup.sh installs gfal2, gfal2-plugin-http, gfal2-util-scripts, davix, curl)");
+        common::skip(&format!("{tool} is not installed (scripts/setup.sh installs gfal2, gfal2-plugin-http, gfal2-util-scripts, davix, curl)"));
     }
     found
 }
@@ -48,40 +44,12 @@ pub fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Ran {
     cmd.args(args)
         .envs(env.iter().copied())
         // gfal's scripts pick the first python that imports gfal2: the system's.
-        .env("GFAL_PYTHONBIN", "/usr/bin/python3")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = ChildGuard(
-        cmd.spawn()
-            .unwrap_or_else(|e| panic!("{program} runs: {e}")),
-    );
-    let drain = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut s = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut s);
-            }
-            String::from_utf8_lossy(&s).into_owned()
-        })
-    };
-    let stdout = drain(child.0.stdout.take().map(|s| Box::new(s) as _));
-    let stderr = drain(child.0.stderr.take().map(|s| Box::new(s) as _));
-    let deadline = Instant::now() + DEADLINE;
-    let status = loop {
-        if let Some(s) = child.0.try_wait().expect("waiting for a child") {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{program} {args:?}: still running after {DEADLINE:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        .env("GFAL_PYTHONBIN", "/usr/bin/python3");
+    let out = common::finish(cmd, &format!("{program} {args:?}"), DEADLINE);
     Ran {
-        code: status.code(),
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
+        code: out.code,
+        stdout: out.stdout,
+        stderr: out.stderr,
     }
 }
 
@@ -194,13 +162,8 @@ impl Served {
     }
 }
 
-/// A free TCP port on loopback (bound, then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+#[allow(unused_imports)] // not every suite that includes these tools dials a free port
+pub use common::free_port;
 
 /// Waits (at most 30 s) until something accepts on `addr`.
 pub fn wait_listening(addr: &str) {

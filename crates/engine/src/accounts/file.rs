@@ -284,7 +284,13 @@ fn load_as(path: &Path, embedded: bool) -> Result<Accounts, AccountsError> {
     })
 }
 
-fn read_bounded(path: &Path) -> Result<String, String> {
+/// The text of a settings file (this accounts file, or the daemon's configuration file,
+/// which may hold accounts inline) of at most [`MAX_FILE_BYTES`].
+///
+/// # Errors
+/// Why it cannot be used, as the tail of a line naming the file: unreadable, too large,
+/// not UTF-8.
+pub fn read_bounded(path: &Path) -> Result<String, String> {
     use std::io::Read;
     let f = std::fs::File::open(path).map_err(|e| format!("cannot read it: {e}"))?;
     let mut bytes = Vec::new();
