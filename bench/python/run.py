@@ -163,7 +163,50 @@ def main() -> None:
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    print(f"wrote {out / 'results.json'}")
+    (out / "results.md").write_text(report(results))
+    print(f"wrote {out / 'results.json'} and results.md")
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    """The table of every run and, per round, sluice's steady rate against pyzmq
+    PUSH/PULL's (and its lz4 against pyzmq with the user's lz4)."""
+    def num(v: Any, fmt: str = "{:.2f}") -> str:
+        return "" if v is None else fmt.format(v)
+
+    lines = ["# Python streaming: sluice vs pyzmq vs pvapy", "",
+             "See README.md beside this file for the conditions.", "",
+             "| round | link | tool | compress | consumer sleep s | frames sent (pvapy: fps) "
+             "| received | lost | steady Gbit/s | end-to-end Gbit/s | receiver max RSS MiB | error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        sent = r.get("frames", r.get("published_fps"))
+        lines.append(f"| {r.get('round')} | {r.get('link')} | {r.get('tool')} | {r.get('compress', '')} "
+                     f"| {num(r.get('sleep_s'))} | {sent} | {num(r.get('received'), '{}')} "
+                     f"| {num(r.get('lost'), '{}')} | {num(r.get('steady_gbps'))} "
+                     f"| {num(r.get('end_to_end_gbps'))} | {num(r.get('receiver_max_rss_mib'), '{}')} "
+                     f"| {r.get('error', '')} |")
+
+    def steady(rnd: Any, link: str, tool: str, comp: str) -> float | None:
+        for r in results:
+            if (r.get("round"), r.get("link"), r.get("tool"), r.get("compress", "none"),
+                    r.get("sleep_s", 0.0)) == (rnd, link, tool, comp, 0.0):
+                return r.get("steady_gbps")
+        return None
+
+    lines += ["", "## Ratios (sluice / pyzmq PUSH-PULL, steady rate, same round)", ""]
+    rounds = sorted({r.get("round") for r in results if r.get("round") is not None})
+    for link, pairs in [("loopback", [("none", "zmq", "none"), ("lz4", "zmq-lz4", "none")]),
+                        ("tbf", [("none", "zmq", "none"), ("lz4", "zmq", "none"),
+                                 ("zstd", "zmq", "none"), ("lz4", "zmq-lz4", "none")])]:
+        for comp, peer, peer_comp in pairs:
+            vals = []
+            for rnd in rounds:
+                a, b = steady(rnd, link, "sluice", comp), steady(rnd, link, peer, peer_comp)
+                if a and b:
+                    vals.append(f"{a / b:.2f}")
+            if vals:
+                lines.append(f"* {link}: sluice {comp} / {peer}: {', '.join(vals)}")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
