@@ -45,13 +45,9 @@ impl BearerToken {
         let presented = header
             .and_then(|h| h.strip_prefix(b"Bearer "))
             .unwrap_or_default();
-        let d = digest(presented);
-        let diff = self
-            .0
-            .iter()
-            .zip(d.iter())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        header.is_some() && diff == 0
+        use subtle::ConstantTimeEq as _;
+        let same = bool::from(self.0.ct_eq(&digest(presented)));
+        header.is_some() && same
     }
 }
 

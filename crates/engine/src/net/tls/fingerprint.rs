@@ -19,11 +19,8 @@ impl Fingerprint {
 
     /// Compares in constant time.
     pub fn matches(&self, other: &Fingerprint) -> bool {
-        self.0
-            .iter()
-            .zip(other.0.iter())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+        use subtle::ConstantTimeEq as _;
+        bool::from(self.0.ct_eq(&other.0))
     }
 }
 
