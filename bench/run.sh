@@ -17,6 +17,10 @@
 #   --no-install       use whatever is installed
 #   --wait-load X      wait (up to 20 min, polling every 30 s) for a 1-minute load below X
 #   --only REGEX       only cases whose "section/path/workload/tool/variant" matches
+#   --dest image|plain where destinations live: `image` (default), a scratch ext4 on a
+#                      loop device (O_DIRECT, made anew for big trees); `plain`, plain
+#                      directories under --work on the source's own file system (what
+#                      users copy into: the file system's journal and allocator decide)
 #   --sluice BIN       the sluice binary (default target/release/sluice, built if missing)
 #   --sluice-base BIN  a second sluice binary (an earlier build) run as tool `sluice-base`
 #                      beside sluice in every loopback, path and million case, the two
@@ -34,7 +38,7 @@ main() {
     BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
     REPO=$(dirname "$BENCH")
     QUICK=0 OUT="" WORK="$BENCH/work" REPS="" PEER_REPS="" MILLION=0 DO_PATHS=1 DO_SWEEP=1
-    NO_INSTALL=0 WAIT_LOAD="" ONLY="" SLUICE_SRC="$REPO/target/release/sluice" SLUICE_BASE_SRC=""
+    NO_INSTALL=0 WAIT_LOAD="" ONLY="" SLUICE_SRC="$REPO/target/release/sluice" SLUICE_BASE_SRC="" DEST_KIND=image
     while [ $# -gt 0 ]; do
         case $1 in
             --quick) QUICK=1 ;;
@@ -48,6 +52,7 @@ main() {
             --no-install) NO_INSTALL=1 ;;
             --wait-load) WAIT_LOAD=$2; shift ;;
             --only) ONLY=$2; shift ;;
+            --dest) DEST_KIND=$2; shift ;;
             --sluice) SLUICE_SRC=$2; shift ;;
             --sluice-base) SLUICE_BASE_SRC=$2; shift ;;
             -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -55,6 +60,7 @@ main() {
         esac
         shift
     done
+    case $DEST_KIND in image | plain) ;; *) echo "run.sh: --dest $DEST_KIND: expected image or plain" >&2; exit 2 ;; esac
     [ "$QUICK" = 1 ] && MILLION=0
     : "${REPS:=$((QUICK ? 1 : 3))}" "${PEER_REPS:=1}"
 
@@ -154,7 +160,13 @@ main() {
     for w in $WORKLOADS path-big; do wl_prepare "$w" || note "workload $w could not be prepared"; done
     [ "$MILLION" = 1 ] && { wl_prepare million || { note "1,000,000-file tree could not be generated"; MILLION=0; }; }
     netem_probe
-    scratch_mount $((QUICK ? 2 : 16)) $((QUICK ? 100000 : 2200000))
+    if [ "$DEST_KIND" = image ]; then
+        scratch_mount $((QUICK ? 2 : 16)) $((QUICK ? 100000 : 2200000))
+    else
+        mkdir -p "$DST"
+        DST_FS="plain directories on the source's file system ($(stat -f -c %T "$WORK") on $(df --output=source "$WORK" | tail -1))"
+        note "destinations: $DST_FS"
+    fi
     [ "$(id -u)" = 0 ] || note "not root: namespace paths skipped"
     T_MEASURE=$(now)
 
