@@ -44,46 +44,29 @@ A=10.78.0.2 B=10.78.0.3 C=10.78.0.4
 declare -a PIDS=()
 
 # CPU seconds of every process this script started (both sides: daemons, sshd and its
-# session processes, clients), from a cpuacct cgroup they all inherit, plus the
-# machine's softirq time; without cgroups, the whole machine's busy time.
-CG=""
-for root in /sys/fs/cgroup/cpuacct /sys/fs/cgroup/cpu,cpuacct; do
-    if [ -w "$root" ] && mkdir -p "$root/sluice-sites-$T" 2>/dev/null; then
-        CG=$root/sluice-sites-$T
-        echo $$ >"$CG/cgroup.procs"
-        break
-    fi
-done
+# session processes, clients), from a cgroup they all inherit, plus the machine's softirq
+# time (bench/lib/hosts.sh).
+. bench/lib/hosts.sh
+cpu_cgroup_enter "sluice-sites-$T"
 
 cleanup() {
     set +e
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
     sleep 0.5
     for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-    for n in $NS_A $NS_B $NS_C; do ip netns del "$n" 2>/dev/null; rm -rf "/etc/netns/$n"; done
-    ip link del "$BR" 2>/dev/null
+    bridge_down "$BR" $NS_A $NS_B $NS_C
+    for n in $NS_A $NS_B $NS_C; do rm -rf "/etc/netns/$n"; done
     umount "$W/a" "$W/b" 2>/dev/null
     rm -rf "$W"
-    if [ -n "${CG-}" ]; then
-        echo $$ >"$(dirname "$CG")/cgroup.procs" 2>/dev/null
-        rmdir "$CG" 2>/dev/null
-    fi
+    cpu_cgroup_leave
 }
 trap cleanup EXIT
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # --- the hosts -----------------------------------------------------------------------
-ip link add "$BR" type bridge && ip link set "$BR" up
-i=0
+bridge_up "$BR" "st$T" 10.78.0 $NS_A $NS_B $NS_C
 for n in $NS_A $NS_B $NS_C; do
-    i=$((i + 1))
-    ip netns add "$n"
-    ip link add "st$T$i" type veth peer name eth0 netns "$n"
-    ip link set "st$T$i" master "$BR" up
-    ip -n "$n" addr add "10.78.0.$((i + 1))/24" dev eth0
-    ip -n "$n" link set eth0 up
-    ip -n "$n" link set lo up
     mkdir -p "/etc/netns/$n"
     printf '127.0.0.1 localhost\n%s site-a\n%s site-b\n%s site-c\n' $A $B $C >"/etc/netns/$n/hosts"
 done
@@ -162,23 +145,14 @@ case_cmd() { # NAME -> runs one copy of the big file into $W/b/out
         small-rsync-ssh) inA rsync -e "$SSH" "$W/a/small" "root@$B:$W/b/out" ;;
     esac
 }
-softirq() { awk '/^cpu / { print $8 / 100; exit }' /proc/stat; }
-busy() {
-    if [ -n "$CG" ]; then
-        awk -v u="$(cat "$CG/cpuacct.usage")" -v s="$(softirq)" 'BEGIN { printf "%.3f", u / 1e9 + s }'
-    else
-        awk '/^cpu / { print ($2 + $3 + $4 + $7 + $8) / 100; exit }' /proc/stat
-    fi
-}
-
 echo "case,rep,status,seconds,bytes,cpu_s" >"$OUT/raw.csv"
 run_one() { # NAME REP BYTES
     rm -f "$W/b/out"
     sync
     local t0 c0 t1 c1 st=ok
-    c0=$(busy) t0=$(date +%s.%N)
+    c0=$(cpu_busy) t0=$(date +%s.%N)
     case_cmd "$1" >"$W/run.out" 2>"$W/run.err" || st=fail
-    t1=$(date +%s.%N) c1=$(busy)
+    t1=$(date +%s.%N) c1=$(cpu_busy)
     if [ $st = ok ] && [ "$(stat -c %s "$W/b/out" 2>/dev/null || echo 0)" != "$3" ]; then st=wrong-size; fi
     [ $st = ok ] || log "$1 rep $2: $st: $(head -c 300 "$W/run.err")"
     echo "$1,$2,$st,$(awk -v a="$t1" -v b="$t0" 'BEGIN{printf "%.3f", a-b}'),$3,$(awk -v a="$c1" -v b="$c0" 'BEGIN{printf "%.2f", a-b}')" >>"$OUT/raw.csv"

@@ -58,14 +58,9 @@ NS_A=tpa$T NS_B=tpb$T NS_C=tpc$T BR=tpbr$T
 A=10.79.0.2 B=10.79.0.3
 declare -a PIDS=()
 
-CG=""
-for root in /sys/fs/cgroup/cpuacct /sys/fs/cgroup/cpu,cpuacct /sys/fs/cgroup; do
-    if [ -w "$root" ] && mkdir -p "$root/sluice-tpc-$T" 2>/dev/null; then
-        CG=$root/sluice-tpc-$T
-        echo $$ >"$CG/cgroup.procs"
-        break
-    fi
-done
+# CPU seconds of every process this script starts, and the hosts (bench/lib/hosts.sh).
+. bench/lib/hosts.sh
+cpu_cgroup_enter "sluice-tpc-$T"
 
 cleanup() {
     set +e
@@ -73,30 +68,16 @@ cleanup() {
     for n in a b; do [ -f "$W/nginx-$n.pid" ] && kill "$(cat "$W/nginx-$n.pid")" 2>/dev/null; done
     sleep 0.5
     for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-    for n in $NS_A $NS_B $NS_C; do ip netns del "$n" 2>/dev/null; done
-    ip link del "$BR" 2>/dev/null
+    bridge_down "$BR" $NS_A $NS_B $NS_C
     umount "$W/a" "$W/b" 2>/dev/null
     rm -rf "$W"
-    if [ -n "${CG-}" ]; then
-        echo $$ >"$(dirname "$CG")/cgroup.procs" 2>/dev/null
-        rmdir "$CG" 2>/dev/null
-    fi
+    cpu_cgroup_leave
 }
 trap cleanup EXIT
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # --- the hosts -----------------------------------------------------------------------
-ip link add "$BR" type bridge && ip link set "$BR" up
-i=0
-for n in $NS_A $NS_B $NS_C; do
-    i=$((i + 1))
-    ip netns add "$n"
-    ip link add "tp$T$i" type veth peer name eth0 netns "$n"
-    ip link set "tp$T$i" master "$BR" up
-    ip -n "$n" addr add "10.79.0.$((i + 1))/24" dev eth0
-    ip -n "$n" link set eth0 up
-    ip -n "$n" link set lo up
-done
+bridge_up "$BR" "tp$T" 10.79.0 $NS_A $NS_B $NS_C
 inA() { ip netns exec "$NS_A" "$@"; }
 inB() { ip netns exec "$NS_B" "$@"; }
 inC() { ip netns exec "$NS_C" "$@"; }
@@ -178,24 +159,14 @@ case_cmd() { # NAME -> one copy into $W/b/out
         gfal-1byte) inC env BEARER_TOKEN="$TOKEN" "${G[@]}" --copy-mode pull "davs://$A:8443/one" "davs://$B:8443/out" ;;
     esac
 }
-softirq() { awk '/^cpu / { print $8 / 100; exit }' /proc/stat; }
-busy() {
-    if [ -n "$CG" ] && [ -f "$CG/cpuacct.usage" ]; then
-        awk -v u="$(cat "$CG/cpuacct.usage")" -v s="$(softirq)" 'BEGIN { printf "%.3f", u / 1e9 + s }'
-    elif [ -n "$CG" ] && [ -f "$CG/cpu.stat" ]; then
-        awk -v s="$(softirq)" '/^usage_usec/ { printf "%.3f", $2 / 1e6 + s }' "$CG/cpu.stat"
-    else
-        awk '/^cpu / { print ($2 + $3 + $4 + $7 + $8) / 100; exit }' /proc/stat
-    fi
-}
 echo "case,rep,status,seconds,bytes,cpu_s" >"$OUT/raw.csv"
 run_one() { # NAME REP SOURCE
     rm -f "$W/b/out"
     sync
     local t0 c0 t1 c1 st=ok
-    c0=$(busy) t0=$(date +%s.%N)
+    c0=$(cpu_busy) t0=$(date +%s.%N)
     case_cmd "$1" >"$W/run.out" 2>"$W/run.err" || st=fail
-    t1=$(date +%s.%N) c1=$(busy)
+    t1=$(date +%s.%N) c1=$(cpu_busy)
     if [ $st = ok ] && ! cmp -s "$3" "$W/b/out"; then st=wrong-output; fi
     [ $st = ok ] || log "$1 rep $2: $st: $(tail -c 400 "$W/run.err")"
     echo "$1,$2,$st,$(awk -v a="$t1" -v b="$t0" 'BEGIN{printf "%.3f", a-b}'),$(stat -c %s "$3"),$(awk -v a="$c1" -v b="$c0" 'BEGIN{printf "%.2f", a-b}')" >>"$OUT/raw.csv"
