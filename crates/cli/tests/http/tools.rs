@@ -13,13 +13,8 @@ const DEADLINE: Duration = Duration::from_secs(120);
 /// gfal2's option that accepts the daemon's self-signed certificate.
 pub const GFAL_INSECURE: &str = "HTTP PLUGIN:INSECURE=true";
 
-/// A finished client command.
-#[derive(Debug)]
-pub struct Ran {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-}
+/// A finished client command (the suites' own [`common::Out`]).
+pub type Ran = common::Out;
 
 impl Ran {
     #[track_caller]
@@ -45,12 +40,7 @@ pub fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Ran {
         .envs(env.iter().copied())
         // gfal's scripts pick the first python that imports gfal2: the system's.
         .env("GFAL_PYTHONBIN", "/usr/bin/python3");
-    let out = common::finish(cmd, &format!("{program} {args:?}"), DEADLINE);
-    Ran {
-        code: out.code,
-        stdout: out.stdout,
-        stderr: out.stderr,
-    }
+    common::finish(cmd, &format!("{program} {args:?}"), DEADLINE)
 }
 
 /// The `ADDR:PORT` of the daemon's HTTP face (from its stderr line).
