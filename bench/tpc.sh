@@ -14,26 +14,28 @@
 # softirq time, per GB moved. Every destination is compared with the source byte for
 # byte (a wrong copy is FAILED, not timed).
 #
-#   bench/tpc.sh [--size-mib N] [--reps N] [--out DIR] [--sluice BIN]
+#   bench/tpc.sh [--size-mib N] [--reps N] [--out DIR] [--sluice BIN] [--cases A,B,...]
 #
 # Cases:
 #   tpc-pull      gfal-copy --copy-mode pull davs://A -> davs://B (sluice's bytes A->B)
 #   tpc-push      gfal-copy --copy-mode push davs://A -> davs://B
 #   sluice-push   sluice cp in A to sluice://B (TLS, default flags)
+#   sluice-pull   sluice cp in B from sluice://A (TLS, default flags; not run by default)
 #   nginx-https   gfal-copy --copy-mode streamed https://A(nginx) -> https://B(nginx)
 #   nginx-http    the same in clear text
 #   gfal-1byte    a 1-byte tpc-pull: gfal2's fixed cost per transfer (start-up, stat, COPY)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SIZE_MIB=4096 REPS=3 OUT="" SLUICE=""
+SIZE_MIB=4096 REPS=3 OUT="" SLUICE="" CASE_LIST=tpc-pull,tpc-push,sluice-push,nginx-https,nginx-http
 while [ $# -gt 0 ]; do
     case $1 in
         --size-mib) SIZE_MIB=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --sluice) SLUICE=$2; shift 2 ;;
-        -h | --help) sed -n 2,26p "$0"; exit 0 ;;
+        --cases) CASE_LIST=$2; shift 2 ;;
+        -h | --help) sed -n 2,27p "$0"; exit 0 ;;
         *) echo "tpc.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -154,6 +156,7 @@ case_cmd() { # NAME -> one copy into $W/b/out
         tpc-pull) inC env BEARER_TOKEN="$TOKEN" "${G[@]}" --copy-mode pull "davs://$A:8443/big" "davs://$B:8443/out" ;;
         tpc-push) inC env BEARER_TOKEN="$TOKEN" "${G[@]}" --copy-mode push "davs://$A:8443/big" "davs://$B:8443/out" ;;
         sluice-push) inA "$SLUICE" cp --token-file "$W/token" --known-hosts "$W/kh" "$W/a/big" "sluice://$B:7878/out" ;;
+        sluice-pull) inB "$SLUICE" cp --token-file "$W/token" --known-hosts "$W/kh" "sluice://$A:7878/big" "$W/b/out" ;;
         nginx-https) inC "${G[@]}" --copy-mode streamed "https://$A:9443/big" "https://$B:9443/out" ;;
         nginx-http) inC "${G[@]}" --copy-mode streamed "http://$A:9080/big" "http://$B:9080/out" ;;
         gfal-1byte) inC env BEARER_TOKEN="$TOKEN" "${G[@]}" --copy-mode pull "davs://$A:8443/one" "davs://$B:8443/out" ;;
@@ -172,7 +175,7 @@ run_one() { # NAME REP SOURCE
     echo "$1,$2,$st,$(awk -v a="$t1" -v b="$t0" 'BEGIN{printf "%.3f", a-b}'),$(stat -c %s "$3"),$(awk -v a="$c1" -v b="$c0" 'BEGIN{printf "%.2f", a-b}')" >>"$OUT/raw.csv"
 }
 
-CASES=(tpc-pull tpc-push sluice-push nginx-https nginx-http)
+IFS=, read -ra CASES <<<"$CASE_LIST"
 # Warm-up: pins B's certificate for sluice cp, checks every case once (not recorded).
 for c in "${CASES[@]}"; do
     case_cmd "$c" >/dev/null 2>"$W/warm.err" || log "warm-up $c failed: $(tail -c 300 "$W/warm.err")"
@@ -195,8 +198,9 @@ def med(case, key):
     return statistics.median(v) if v else None
 fails = {r["case"] for r in rows if r["status"] != "ok"}
 gb = size_mib * 1.048576 / 1000
-rate = {c: gb * 1000 / med(c, "seconds") for c in
-        ["tpc-pull", "tpc-push", "sluice-push", "nginx-https", "nginx-http"] if med(c, "seconds")}
+ALL = ["tpc-pull", "tpc-push", "sluice-push", "sluice-pull", "nginx-https", "nginx-http"]
+ran = [c for c in ALL if any(r["case"] == c for r in rows)]
+rate = {c: gb * 1000 / med(c, "seconds") for c in ran if med(c, "seconds")}
 def ratio(a, b):
     return f"{rate[a] / rate[b]:.2f}x" if a in rate and b in rate else "n/a"
 lines = [f"# HTTP-TPC benchmark ({version}; {nginx}; {gfal})", "",
@@ -205,7 +209,7 @@ lines = [f"# HTTP-TPC benchmark ({version}; {nginx}; {gfal})", "",
          "both sides and the client (a cgroup) plus the machine's softirq time, per GB.", "",
          "| case | median s | MB/s | CPU s/GB | vs sluice-push | vs nginx-https | vs nginx-http |",
          "|---|---|---|---|---|---|---|"]
-for c in ["tpc-pull", "tpc-push", "sluice-push", "nginx-https", "nginx-http"]:
+for c in ran:
     s, cpu = med(c, "seconds"), med(c, "cpu_s")
     if not s:
         lines.append(f"| {c} | failed | | | | | |"); continue
