@@ -123,6 +123,8 @@ pub struct StreamSender {
     order: RecordOrder,
     started: std::time::Instant,
     record_bytes: u32,
+    /// The send-window governor of a long path (stopped when the sender is dropped).
+    _governor: Option<crate::net::governor::Running>,
 }
 
 impl std::fmt::Debug for StreamSender {
@@ -202,7 +204,9 @@ impl StreamSender {
         let open = open_frame(opts, &runtime);
         let opened = session::open_session(addr, opts.token.clone(), open, &opts.tls)?;
         let cap = runtime.plan().buffer_bytes();
-        crate::net::tuning::tune_session(opened.reader.link(), &opened.data, cap);
+        let (tuning, probes) =
+            crate::net::tuning::tune_session(opened.reader.link(), &opened.data, cap);
+        let governor = crate::net::governor::start(&probes, &tuning);
         let acked = opened.capabilities.contains(Capabilities::CHUNK_ACKS);
         let slots = total_slots(&runtime);
         check_sizes(opts, &runtime, &opened.accept, slots)?;
@@ -226,6 +230,7 @@ impl StreamSender {
             closing: started.closing,
             started: std::time::Instant::now(),
             record_bytes: opts.record_bytes,
+            _governor: governor,
         })
     }
 
