@@ -14,8 +14,11 @@
 #   --reps N      runs of sluice and GridFTP per path, median reported (default 3; quick 1)
 #   --peer-reps N runs of rsync and scp (default 1: they are slow on long paths); all
 #                 tools are interleaved run by run, the order reversed every other round
-#   tools         sluice (daemon in B, client in A), iperf3 -P 1..8 (best of; quick 1 and
-#                 4), globus-url-copy -fast -p 4, rsync (daemon), scp
+#   tools         sluice (daemon in B, client in A), iperf3 -P 1..8 moving the same bytes
+#                 as the file (best of; quick 1 and 4), globus-url-copy -fast -p 4 (with
+#                 this host's congestion control, and with cubic, Debian's default),
+#                 rsync (daemon), scp
+#   two links     the full run moves a 4 GiB file there (filling both is a steady state)
 #   --mtu M       MTU of the paths (default 1500; 9000 for jumbo frames)
 #   --only REGEX  only paths whose name matches
 #   --sluice-base BIN  an earlier sluice build, run as tool `sluice-base` interleaved
@@ -88,6 +91,7 @@ main() {
         trap - EXIT INT TERM
         stop_all_servers
         wan_ns_destroy
+        [ -n "${HOST_ALLOWED_CC-}" ] && sysctl -qw net.ipv4.tcp_allowed_congestion_control="$HOST_ALLOWED_CC"
         rm -rf "$SHM"
     }
     trap cleanup EXIT
@@ -98,6 +102,7 @@ main() {
     install_peers
     wan_binaries || exit 1
     wan_ns_create "${WAN_NS_PREFIX:-wan-b}$$" || { log "cannot make namespaces"; exit 1; }
+    HOST_CC=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_congestion_control)
     wan_data || exit 1
     NO_DROP=1  # tmpfs to tmpfs: nothing to drop
     LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -115,6 +120,7 @@ main() {
     {
         echo "workload,kind,files,bytes,description"
         echo "path-big,file,1,$WAN_BYTES,$(csv_field "${WL_DESC[path-big]}")"
+        [ -n "${WL_PATH[path-4g]-}" ] && echo "path-4g,file,1,$((4 << 30)),$(csv_field "${WL_DESC[path-4g]}")"
     } >"$OUT/workloads.csv"
     "$PY" "$BENCH/report.py" "$OUT" || log "report.py failed"
     log "done in $(fsub "$T_END" "$T_START") s: $OUT/results.md"
@@ -155,6 +161,18 @@ wan_data() {
     log "generating $(human_bytes $WAN_BYTES) in $DATA"
     keystream "${WL_PATH[path-big]}" "$WAN_BYTES" 77 || { log "cannot generate the file"; return 1; }
     echo "1 $WAN_BYTES" >"$DATA/.path-big.stats"
+}
+
+# The two links' file: 4 GiB, made when that path first runs.
+wan_data_two_links() {
+    local bytes=$((4 << 30))
+    WL_PATH[path-4g]=$DATA/path-4g/path.bin WL_KIND[path-4g]=file
+    WL_DESC[path-4g]="1 x $(human_bytes $bytes) random, in tmpfs (/dev/shm), to tmpfs (two links)"
+    [ -s "$DATA/.path-4g.stats" ] && return 0
+    mkdir -p "$DATA/path-4g"
+    log "generating $(human_bytes $bytes) for the two links"
+    keystream "${WL_PATH[path-4g]}" "$bytes" 78 || { log "cannot generate the file"; return 1; }
+    echo "1 $bytes" >"$DATA/.path-4g.stats"
 }
 
 # The forwarder's ceiling: iperf3 -P 4 through 1 ms of one-way delay, no rate limit.
@@ -213,24 +231,57 @@ wan_run_path() {
     if [ "$links" = 2 ]; then
         SRV_HOST2=$WAN_SUBNET.2.2 CLI_NICS="dla1 dla2" SRV_NICS="dlb1 dlb2"
     fi
-    local s
-    for s in $IPERF_SET; do run_iperf "$s" "$IPERF_SECS"; done
+    # Two links are filled only once start-up is paid: on the full run they move a file
+    # four times as large (the issue asks that both be filled, a steady state).
+    WL=path-big
+    if [ "$links" = 2 ] && [ "$QUICK" = 0 ]; then
+        wan_data_two_links || return
+        WL=path-4g
+    fi
+    local s bytes
+    read -r _ bytes <<<"$(wl_stats "$WL")"
+    for s in $IPERF_SET; do IPERF_BYTES=$bytes run_iperf "$s" "$IPERF_SECS"; done
     wan_interleave
     wan_down
     echo "$name $WAN_STATS" >>"$OUT/logs/delayline-stats.log"
 }
 
-# Every tool on the file, run by run: sluice and GridFTP REPS times, rsync and scp in the
-# first PEER_REPS rounds; the order reversed every other round (as run_interleaved).
+# Every tool on the file, run by run: sluice and GridFTP REPS times (GridFTP twice: with
+# this host's congestion control, and with Debian's default, cubic, which is what a
+# stock DTN gives it: unlike sluice it does not choose one per socket), rsync and scp in
+# the first PEER_REPS rounds; the order reversed every other round (as run_interleaved).
 wan_interleave() {
     local r t tools order
     for ((r = 1; r <= REPS; r++)); do
-        tools=(sluice gridftp)
-        [ -n "$SLUICE_BASE" ] && tools=(sluice sluice-base gridftp)
+        tools=(sluice gridftp gridftp-cubic)
+        [ -n "$SLUICE_BASE" ] && tools=(sluice sluice-base gridftp gridftp-cubic)
         ((r <= PEER_REPS)) && tools+=(rsyncd scp)
         order=("${tools[@]}")
         ((r % 2)) || mapfile -t order < <(printf '%s\n' "${tools[@]}" | tac)
-        for t in "${order[@]}"; do REP_FROM=$r run_transfer wan path-big "$t" 1; done
+        for t in "${order[@]}"; do
+            if [ "$t" = gridftp-cubic ]; then
+                wan_congestion cubic || { log "cubic is not offered here: no GridFTP row with it"; continue; }
+                REP_FROM=$r run_transfer wan "$WL" gridftp 1 host-cubic
+                wan_congestion "$HOST_CC"
+            else
+                REP_FROM=$r run_transfer wan "$WL" "$t" 1
+            fi
+        done
+    done
+}
+
+# wan_congestion NAME: the default congestion control of both namespaces (what a tool
+# that does not choose one per socket gets). A namespace may only pick one the host
+# allows (net.ipv4.tcp_allowed_congestion_control): NAME is added to that list for the
+# run, and the list is put back when the run ends.
+wan_congestion() {
+    local ns
+    for ns in "$WAN_NS_A" "$WAN_NS_B"; do
+        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$1" 2>/dev/null && continue
+        [ -n "${HOST_ALLOWED_CC-}" ] || HOST_ALLOWED_CC=$(sysctl -n net.ipv4.tcp_allowed_congestion_control)
+        sysctl -qw net.ipv4.tcp_allowed_congestion_control="$(sysctl -n net.ipv4.tcp_allowed_congestion_control) $1" &&
+            ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$1" || return 1
+        log "the host now allows $1 (was: $HOST_ALLOWED_CC; put back at the end)"
     done
 }
 
@@ -271,7 +322,9 @@ wan_meta() {
     echo "sluice_flags=(defaults)"
     echo "peer_streams=$PEER_STREAMS"
     echo "mtu=$MTU"
-    echo "congestion_control=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_congestion_control)"
+    echo "congestion_control=$HOST_CC"
+    echo "gridftp_variants=host ($HOST_CC), host-cubic"
+    echo "iperf_amount=the file's bytes (-n)"
     echo "tcp_rmem=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_rmem | tr '\t' ' ')"
     echo "tcp_wmem=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_wmem | tr '\t' ' ')"
     echo "forwarder_ceiling_bps=$W_CEILING_BPS"

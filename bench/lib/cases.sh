@@ -178,16 +178,21 @@ run_iperf() {
         port=$(_port $((5201 + i)))
         start_server "iperf3-$i" "$SRV_X" iperf3 -s -1 -B "${hosts[$i]}" -p "$port"
         wait_listen "$SRV_X" "$port"
+        # IPERF_BYTES: move that many bytes in all (shared by the links) instead of
+        # running for SECS, so that the ceiling pays the same start-up as the file.
+        local amount=(-t "$secs") tmo=$((secs + 20))
+        [ -n "${IPERF_BYTES-}" ] && amount=(-n $((IPERF_BYTES / ${#hosts[@]}))) tmo=300
         # shellcheck disable=SC2086
-        timeout $((secs + 20)) $CLI_X iperf3 -c "${hosts[$i]}" -p "$port" -P "$streams" -t "$secs" -J >"$RUNTMP/iperf-$i.json" 2>&1 &
+        timeout "$tmo" $CLI_X iperf3 -c "${hosts[$i]}" -p "$port" -P "$streams" "${amount[@]}" -J >"$RUNTMP/iperf-$i.json" 2>&1 &
         pids+=($!)
     done
     for i in "${pids[@]}"; do wait "$i"; done
-    local note="" ok=1 bps
+    local note="" ok=1 bps took
     for i in "${!hosts[@]}"; do
         stop_server "iperf3-$i"
-        bps=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"])' "$RUNTMP/iperf-$i.json" 2>/dev/null)
+        read -r bps took < <("$PY" -c 'import json,sys; e=json.load(open(sys.argv[1]))["end"]["sum_received"]; print(e["bits_per_second"], e["seconds"])' "$RUNTMP/iperf-$i.json" 2>/dev/null)
         if [ -z "$bps" ]; then ok=0; note="$note $(head -c 200 "$RUNTMP/iperf-$i.json")"; continue; fi
+        [ -n "${IPERF_BYTES-}" ] && secs=$took
         total=$(awk -v a="$total" -v b="$bps" 'BEGIN { printf "%.0f", a + b / 8 }')
         [ "${#hosts[@]}" = 2 ] && note="$note link$((i + 1)) $(awk -v b="$bps" 'BEGIN { printf "%.2f", b / 1e9 }') Gbit/s;"
     done
@@ -195,7 +200,8 @@ run_iperf() {
     [ "${#hosts[@]}" = 2 ] && variant="$streams stream(s) on each of 2 links"
     if [ $ok = 1 ]; then
         row section=ceiling path="$PATH_NAME" workload=- tool=iperf3 variant="$variant" rep=1 status=ok \
-            flags="iperf3 -P $streams -t $secs" seconds="$secs" throughput_Bps="$total" note="$note"
+            flags="iperf3 -P $streams $(if [ -n "${IPERF_BYTES-}" ]; then echo "-n $IPERF_BYTES"; else echo "-t $secs"; fi)" \
+            seconds="$secs" throughput_Bps="$total" note="$note"
         log "ceiling  $PATH_NAME iperf3 $variant: $(awk -v b="$total" 'BEGIN { printf "%.2f GB/s", b / 1e9 }')"
     else
         row section=ceiling path="$PATH_NAME" workload=- tool=iperf3 variant="$variant" rep=1 status=FAILED note="$note"
