@@ -72,6 +72,7 @@ impl RawSender {
             streams: u16::try_from(streams).unwrap_or(u16::MAX),
             record_bytes: runtime.chunk_bytes(),
             compress,
+            shuffle: None,
             token: token_arg(token, token_file)?,
             tls: client_tls(encrypt, ca, known_hosts, strict_host_key)?,
         };
