@@ -433,3 +433,28 @@ fn a_stream_sender_shuffles_only_when_it_compresses_toward_a_peer_that_unshuffle
         assert!(!CodecPlan::decide(&inputs(site, CompressMode::Lz4)).shuffle);
     }
 }
+
+/// The ratios of a whole 2560 x 2160 Poisson frame, printed (for ARCHITECTURE.md):
+/// `cargo test -p sluice-engine --lib whole_frame_ratios -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement: prints the ratios of a whole frame"]
+fn whole_frame_ratios() {
+    for mean in [100.0, 1000.0, 10_000.0] {
+        let frame = poisson_frame(2560, 2160, mean);
+        let sent = |mode, elem| {
+            let c = round_trip_elements(mode, &frame, elem);
+            frame.len() as f64 / c.wire_len as f64
+        };
+        let two = Some(ElementSize::Two);
+        println!(
+            "mean {mean}: lz4 {:.3} (sent {:.3}), lz4+shuffle {:.3}, zstd:1 {:.3}, zstd:1+shuffle {:.3}, zstd:3 {:.3}, zstd:3+shuffle {:.3}",
+            lz4_ratio(&frame),
+            sent(CompressMode::Lz4, None),
+            sent(CompressMode::Lz4, two),
+            sent(CompressMode::Zstd(1), None),
+            sent(CompressMode::Zstd(1), two),
+            sent(CompressMode::Zstd(3), None),
+            sent(CompressMode::Zstd(3), two),
+        );
+    }
+}
