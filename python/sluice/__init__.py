@@ -21,6 +21,10 @@ Nothing is dropped: a consumer that falls behind fills the bounded queues, TCP's
 closes and ``send`` waits (with the GIL released). Every record is checksummed, sent
 again if damaged, and acknowledged; ``close`` returns once the receiver has every frame.
 
+With ``compress``, typed frames are bit-shuffled by their itemsize before they are
+compressed (``shuffle="auto"``), so that a ``uint16`` detector frame with Poisson noise,
+which LZ4 alone cannot shrink, travels in about half its bytes.
+
 Copying (``sluice cp`` as a function)::
 
     summary = sluice.copy("data/", "sluice://dtn:7878/incoming/", recursive=True,
@@ -73,9 +77,9 @@ class Meta(dict):  # type: ignore[type-arg]
     event: str
 
 
-def _as_bytes_view(obj: Any) -> Tuple[memoryview, str, Tuple[int, ...]]:
+def _as_bytes_view(obj: Any) -> Tuple[memoryview, np.dtype, Tuple[int, ...]]:
     """A C-contiguous byte view of ``obj`` (no copy where it is contiguous already),
-    its dtype string and shape."""
+    its dtype and shape."""
     if isinstance(obj, np.ndarray):
         arr = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
     else:
@@ -85,7 +89,46 @@ def _as_bytes_view(obj: Any) -> Tuple[memoryview, str, Tuple[int, ...]]:
     if arr.dtype.hasobject:
         raise UsageError("arrays of Python objects cannot be sent: expected numbers")
     flat = arr.reshape(-1).view(np.uint8) if arr.size else np.empty(0, np.uint8)
-    return memoryview(flat), arr.dtype.str, tuple(int(n) for n in arr.shape)
+    return memoryview(flat), arr.dtype, tuple(int(n) for n in arr.shape)
+
+
+# Element sizes the bit-shuffle takes (python/src/sender.rs, crates/wire/src/shuffle.rs).
+_SHUFFLE_SIZES = (1, 2, 4, 8)
+# Kinds of numpy dtypes whose elements "auto" bit-shuffles: booleans, integers, floats,
+# complex numbers, dates and durations.
+_SHUFFLE_KINDS = "biufcmM"
+
+
+def _shuffle_arg(shuffle: Union[str, int], compress: str) -> Union[str, int]:
+    """``Sender``'s ``shuffle``, checked: ``"auto"``, ``"none"`` or an element size;
+    ``"none"`` where nothing is compressed (the shuffle only helps a codec)."""
+    if isinstance(shuffle, bool) or not isinstance(shuffle, (str, int)):
+        raise UsageError(f"shuffle={shuffle!r}: expected 'auto', 'none' or 1, 2, 4, 8")
+    if isinstance(shuffle, int) and shuffle not in _SHUFFLE_SIZES:
+        raise UsageError(f"shuffle={shuffle}: an element size is 1, 2, 4 or 8 bytes")
+    if isinstance(shuffle, str) and shuffle not in ("auto", "none"):
+        raise UsageError(f"shuffle={shuffle!r}: expected 'auto', 'none' or 1, 2, 4, 8")
+    return "none" if compress == "none" else shuffle
+
+
+def _elem_bytes(shuffle: Union[str, int], dtype: np.dtype, typed: bool) -> int:
+    """The element size to bit-shuffle a payload of ``dtype`` as (0: none): the forced
+    size, or for ``"auto"`` the itemsize of a numeric array (``typed``: not plain bytes,
+    whose bits have no planes to find) when it is 1, 2, 4 or 8."""
+    if isinstance(shuffle, int):
+        return shuffle
+    if shuffle == "auto" and typed and dtype.kind in _SHUFFLE_KINDS \
+            and dtype.itemsize in _SHUFFLE_SIZES:
+        return int(dtype.itemsize)
+    return 0
+
+
+def _is_typed(obj: Any) -> bool:
+    """Whether ``obj`` says what its elements are: a numpy array, or a buffer of a
+    format other than plain bytes (``bytes``, ``bytearray``, ``memoryview`` of ``B``)."""
+    if isinstance(obj, np.ndarray):
+        return True
+    return memoryview(obj).format not in ("B", "b", "c")
 
 
 class Sender:
@@ -96,6 +139,15 @@ class Sender:
         streams: data connections (each with a net-send thread placed by the plan).
         compress: ``"none"``, ``"lz4"``, ``"zstd"``, ``"zstd:LEVEL"`` or ``"auto"``, per
             record, on the net-send threads.
+        shuffle: bit-shuffle each frame's records before they are compressed, so that
+            typed data compresses (a detector's ``uint16`` counts with Poisson noise do
+            not shrink under LZ4 as they are; bit-shuffled, LZ4 sends them in about half
+            the bytes). ``"auto"`` (the default): by the array's itemsize, where
+            ``compress`` is not ``"none"`` and the array is numeric with an itemsize of
+            1, 2, 4 or 8 bytes (``bytes`` and byte buffers are sent as they are);
+            ``"none"``: never; 1, 2, 4 or 8: as elements of that many bytes, whatever
+            the array. Records go compressed but unshuffled to a receiver that cannot
+            un-shuffle, and each record that does not shrink goes as it is.
         policy: the placement policy (``auto``, ``os``, ``bind``, ``smts``, ``nmts``,
             ``mts``), as ``sluice plan --policy``.
         chunk_size: bytes per record and buffer slot (default 16 MiB); a frame larger
@@ -113,11 +165,13 @@ class Sender:
     """
 
     def __init__(self, url: str, *, streams: int = 2, compress: str = "none",
+                 shuffle: Union[str, int] = "auto",
                  policy: str = "auto", chunk_size: Optional[Size] = None,
                  buffer_mem: Optional[Size] = None, token: Union[str, bytes, None] = None,
                  token_file: Optional[PathLike] = None, encrypt: str = "auto",
                  ca: Optional[PathLike] = None, known_hosts: Optional[PathLike] = None,
                  strict_host_key: bool = False) -> None:
+        self._shuffle = _shuffle_arg(shuffle, compress)
         self._raw = RawSender(
             url, streams=streams, compress=compress, policy=policy, chunk_size=chunk_size,
             buffer_mem=buffer_mem, token=token, token_file=_path(token_file),
@@ -133,8 +187,9 @@ class Sender:
         memoryviews) with ``meta`` (a JSON-serialisable dict); returns its frame id.
         Blocks while the receiver is slower."""
         view, dtype, shape = _as_bytes_view(array)
-        info = self._info({"dtype": dtype, "shape": shape, "meta": meta or {}})
-        return self._raw.send(_FRAME, self._in_series or 0, info, view)
+        info = self._info({"dtype": dtype.str, "shape": shape, "meta": meta or {}})
+        elem = _elem_bytes(self._shuffle, dtype, _is_typed(array))
+        return self._raw.send(_FRAME, self._in_series or 0, info, view, elem)
 
     def begin_series(self, meta: Optional[dict[str, Any]] = None) -> int:
         """Starts a series of frames (a scan); returns its number (1, 2, ...). The

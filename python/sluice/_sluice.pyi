@@ -29,10 +29,14 @@ class RawSender:
         known_hosts: Optional[str] = None,
         strict_host_key: bool = False,
     ) -> None: ...
-    def send(self, kind: int, series: int, info: bytes, payload: Any = None) -> int:
+    def send(
+        self, kind: int, series: int, info: bytes, payload: Any = None, elem_bytes: int = 0
+    ) -> int:
         """Sends one message (kind 0 frame, 1 series start, 2 series end) with its
-        JSON info and a C-contiguous byte buffer; returns the frame id. Blocks, the GIL
-        released, while the receiver is slower."""
+        JSON info and a C-contiguous byte buffer; returns the frame id. ``elem_bytes``
+        (1, 2, 4 or 8; 0: none): the payload's element size, as which its records are
+        bit-shuffled before they are compressed (where the stream compresses and the
+        receiver un-shuffles). Blocks, the GIL released, while the receiver is slower."""
     def close(self) -> str:
         """Ends the stream, waits for the receiver: the summary as JSON."""
     def abort(self) -> None:

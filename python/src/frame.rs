@@ -4,6 +4,11 @@
 //! message starts a new record. The engine keeps records in order and their
 //! boundaries, so the receiver reassembles a message without scanning.
 //!
+//! The sender pads the info with trailing spaces (JSON whitespace, which the receiver's
+//! parser skips) so that the payload starts at a multiple of [`PAYLOAD_ALIGN_BYTES`] in
+//! the record, and so its elements at their own multiples: a record bit-shuffled as
+//! elements ([`sluice_wire::shuffle`]) then has whole elements where it expects them.
+//!
 //! ```text
 //! 0  magic "SLPY"      4 version (1)   5 kind   6 reserved (0, u16)
 //! 8  frame id (u64)   16 series (u64, 0: none)   24 payload bytes (u64)
@@ -17,8 +22,26 @@ pub const MAGIC: [u8; 4] = *b"SLPY";
 pub const VERSION: u8 = 1;
 /// The fixed part of a header.
 pub const FIXED_BYTES: usize = 40;
-/// The largest `info` (dtype, shape and meta as JSON) a message may carry.
+/// The largest `info` (dtype, shape and meta as JSON) a message may carry, padding
+/// included.
 pub const INFO_BYTES_MAX: usize = 1 << 20;
+/// Where a message's payload starts in its first record: a multiple of this (the
+/// largest element size, 8, and a cache line), where the padding fits.
+pub const PAYLOAD_ALIGN_BYTES: usize = 64;
+
+/// The length to give an info of `info_bytes`, padded with trailing spaces, so that the
+/// payload starts at a multiple of [`PAYLOAD_ALIGN_BYTES`] in a record of
+/// `record_bytes`; `info_bytes` itself where the padded info would exceed
+/// [`INFO_BYTES_MAX`] or the record (the payload is then merely unaligned).
+pub fn padded_info_bytes(info_bytes: usize, record_bytes: usize) -> usize {
+    let aligned = (FIXED_BYTES + info_bytes).next_multiple_of(PAYLOAD_ALIGN_BYTES) - FIXED_BYTES;
+    debug_assert!(aligned >= info_bytes && aligned - info_bytes < PAYLOAD_ALIGN_BYTES);
+    if aligned <= INFO_BYTES_MAX && FIXED_BYTES + aligned <= record_bytes {
+        aligned
+    } else {
+        info_bytes
+    }
+}
 
 /// What a message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

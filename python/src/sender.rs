@@ -4,13 +4,14 @@
 //! acknowledges them; `send` blocks while the receiver is slower (back-pressure).
 
 use crate::errors::{engine, usage};
-use crate::frame::{Header, Kind, FIXED_BYTES, INFO_BYTES_MAX};
+use crate::frame::{padded_info_bytes, Header, Kind, FIXED_BYTES, INFO_BYTES_MAX};
 use crate::options::{client_tls, size_arg, token_arg, JobSpec, Side};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use sluice_engine::codec::Planner;
 use sluice_engine::stream::{StreamOptions, StreamSender};
 use sluice_engine::{CompressMode, EngineError};
+use sluice_wire::ElementSize;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
@@ -72,6 +73,8 @@ impl RawSender {
             streams: u16::try_from(streams).unwrap_or(u16::MAX),
             record_bytes: runtime.chunk_bytes(),
             compress,
+            // Each message says its own element size (`send`'s `elem_bytes`).
+            shuffle: None,
             token: token_arg(token, token_file)?,
             tls: client_tls(encrypt, ca, known_hosts, strict_host_key)?,
         };
@@ -90,9 +93,11 @@ impl RawSender {
 
     /// Sends one message of `kind` (0 frame, 1 series start, 2 series end) with its
     /// JSON `info` and `payload` (a C-contiguous byte buffer); returns the frame's id
-    /// (for the other kinds, the next frame's). Blocks, with the GIL released, while
-    /// the receiver is slower.
-    #[pyo3(signature = (kind, series, info, payload=None))]
+    /// (for the other kinds, the next frame's). `elem_bytes` (1, 2, 4 or 8; 0: none)
+    /// is the size of the payload's elements: its records are bit-shuffled as such
+    /// before they are compressed, where the stream compresses and the receiver
+    /// un-shuffles. Blocks, with the GIL released, while the receiver is slower.
+    #[pyo3(signature = (kind, series, info, payload=None, elem_bytes=0))]
     fn send(
         &self,
         py: Python<'_>,
@@ -100,10 +105,20 @@ impl RawSender {
         series: u64,
         info: &[u8],
         payload: Option<PyBuffer<u8>>,
+        elem_bytes: usize,
     ) -> PyResult<u64> {
         let kind = match Kind::from_u8(kind) {
             Some(k) if k != Kind::End => k,
             _ => return Err(usage(format!("message kind {kind} cannot be sent"))),
+        };
+        let elem = match (elem_bytes, ElementSize::from_bytes(elem_bytes)) {
+            (0, _) => None,
+            (_, Some(e)) => Some(e),
+            (n, None) => {
+                return Err(usage(format!(
+                    "shuffle={n}: an element size is 1, 2, 4 or 8 bytes"
+                )))
+            }
         };
         if let Some(p) = &payload {
             if !p.is_c_contiguous() {
@@ -118,7 +133,7 @@ impl RawSender {
             let bytes = payload.map_or(&[][..], |p| unsafe {
                 std::slice::from_raw_parts(p.buf_ptr().cast::<u8>(), p.len_bytes())
             });
-            self.message(kind, series, info, bytes, false)
+            self.message(kind, series, info, bytes, elem, false)
         })
     }
 
@@ -126,7 +141,7 @@ impl RawSender {
     /// JSON.
     fn close(&self, py: Python<'_>) -> PyResult<String> {
         py.detach(|| {
-            self.message(Kind::End, 0, b"{}", &[], true)?;
+            self.message(Kind::End, 0, b"{}", &[], None, true)?;
             let sender = lock(&self.state).sender.take();
             let sender = sender.ok_or_else(closed)?;
             let summary = sender.finish().map_err(engine)?;
@@ -159,26 +174,38 @@ impl RawSender {
         Ok(())
     }
 
-    /// Sends one message in as many records as it needs; `last` marks the stream's end.
+    /// Sends one message in as many records as it needs, bit-shuffled as `elem`-byte
+    /// elements where given; `last` marks the stream's end.
     fn message(
         &self,
         kind: Kind,
         series: u64,
         info: &[u8],
         payload: &[u8],
+        elem: Option<ElementSize>,
         last: bool,
     ) -> PyResult<u64> {
         let mut state = lock(&self.state);
         let frame_id = state.next_frame;
+        let padded = padded_info_bytes(info.len(), self.record_bytes);
         let header = Header {
             kind,
             frame_id,
             series,
             payload_bytes: payload.len() as u64,
-            info_bytes: u32::try_from(info.len()).map_err(|_| usage("meta is too large"))?,
+            info_bytes: u32::try_from(padded).map_err(|_| usage("meta is too large"))?,
         };
+        // Records after the first continue the payload: they start at an element only
+        // where a record holds whole elements.
+        let elem = elem.filter(|e| self.record_bytes % e.bytes() == 0);
         let sender = state.sender.as_mut().ok_or_else(closed)?;
-        push_message(sender, self.record_bytes, &header, info, payload, last).map_err(engine)?;
+        let message = Message {
+            header: &header,
+            info,
+            payload,
+            elem,
+        };
+        push_message(sender, self.record_bytes, &message, last).map_err(engine)?;
         if kind == Kind::Frame {
             state.next_frame += 1;
         }
@@ -186,29 +213,42 @@ impl RawSender {
     }
 }
 
-/// Pushes the header and info, then the payload, starting a new record.
+/// A message on its way into records.
+struct Message<'a> {
+    /// Its header; `info_bytes` counts the info's padding.
+    header: &'a Header,
+    /// The info as JSON, unpadded.
+    info: &'a [u8],
+    payload: &'a [u8],
+    /// The payload's elements, for the bit-shuffle of its records.
+    elem: Option<ElementSize>,
+}
+
+/// Pushes the header and info (padded with spaces to the header's `info_bytes`), then
+/// the payload, starting a new record; every record of the message is bit-shuffled as
+/// its elements.
 fn push_message(
     sender: &mut StreamSender,
     record_bytes: usize,
-    header: &Header,
-    info: &[u8],
-    payload: &[u8],
+    m: &Message<'_>,
     last: bool,
 ) -> Result<(), EngineError> {
-    let head = header.head_bytes();
-    debug_assert!(head <= record_bytes);
-    let first = (record_bytes - head).min(payload.len());
-    let mut rest = &payload[first..];
-    sender.push_with(last && rest.is_empty(), |buf| {
-        header.encode(&mut buf[..FIXED_BYTES]);
-        buf[FIXED_BYTES..head].copy_from_slice(info);
-        buf[head..head + first].copy_from_slice(&payload[..first]);
+    let head = m.header.head_bytes();
+    let info_end = FIXED_BYTES + m.info.len();
+    debug_assert!(info_end <= head && head <= record_bytes);
+    let first = (record_bytes - head).min(m.payload.len());
+    let mut rest = &m.payload[first..];
+    sender.push_elements_with(m.elem, last && rest.is_empty(), |buf| {
+        m.header.encode(&mut buf[..FIXED_BYTES]);
+        buf[FIXED_BYTES..info_end].copy_from_slice(m.info);
+        buf[info_end..head].fill(b' ');
+        buf[head..head + first].copy_from_slice(&m.payload[..first]);
         head + first
     })?;
     while !rest.is_empty() {
         let n = rest.len().min(record_bytes);
         let (now, later) = rest.split_at(n);
-        sender.push_with(last && later.is_empty(), |buf| {
+        sender.push_elements_with(m.elem, last && later.is_empty(), |buf| {
             buf[..n].copy_from_slice(now);
             n
         })?;

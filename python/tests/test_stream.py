@@ -201,6 +201,9 @@ def test_a_wrong_token_is_refused() -> None:
     ({"url": "sluice://127.0.0.1:1", "policy": "fastest"}, "policy="),
     ({"url": "sluice://127.0.0.1:1", "chunk_size": "lots"}, "chunk_size \"lots\" is not a size"),
     ({"url": "sluice://127.0.0.1:1", "streams": 0}, "streams=0"),
+    ({"url": "sluice://127.0.0.1:1", "compress": "lz4", "shuffle": 3}, "shuffle=3"),
+    ({"url": "sluice://127.0.0.1:1", "compress": "lz4", "shuffle": "bits"}, "shuffle='bits'"),
+    ({"url": "sluice://127.0.0.1:1", "compress": "lz4", "shuffle": True}, "shuffle=True"),
 ])
 def test_bad_options_raise_usage_errors(kwargs: dict[str, Any], text: str) -> None:
     url = kwargs.pop("url")
@@ -332,3 +335,58 @@ def test_regression_an_empty_stream_ends_cleanly_on_every_connection() -> None:
         t.join()
         assert "error" not in out, out
         assert out["result"]["records"] == 1
+
+
+def poisson_frame(seed: int, shape: tuple[int, int] = (1080, 1280)) -> np.ndarray:
+    """A detector frame: Poisson counts around a smooth image of mean about 1000."""
+    y, x = np.mgrid[0:shape[0], 0:shape[1]]
+    smooth = 1000.0 * (1.0 + 0.3 * np.sin(x / 300.0) * np.cos(y / 250.0))
+    return np.random.default_rng(seed).poisson(smooth).astype(np.uint16)
+
+
+def send_all(items: list[Any], **kwargs: Any) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Sends `items` with the Sender options `kwargs`: what arrived, and the summary."""
+    rx = sluice.Receiver(**SMALL)
+
+    def send() -> dict[str, Any]:
+        with sluice.Sender(rx.url, **SMALL, **kwargs) as tx:
+            for a in items:
+                tx.send(a)
+        return tx.summary or {}
+
+    t, out = run_sender(send)
+    got = [arr for arr, _ in rx]
+    t.join()
+    assert "error" not in out, out
+    return got, out["result"]
+
+
+def ratio(summary: dict[str, Any]) -> float:
+    return summary["bytes"] / summary["wire_bytes"]
+
+
+def test_poisson_uint16_frames_compress_with_lz4_only_when_bit_shuffled() -> None:
+    frames = [poisson_frame(i) for i in range(2)]     # 2.76 MB each, over 1 MiB records
+    got, shuffled = send_all(frames, compress="lz4")  # shuffle="auto": by the itemsize
+    assert len(got) == 2 and all(np.array_equal(a, b) for a, b in zip(got, frames))
+    assert all(a.dtype == np.uint16 and a.shape == (1080, 1280) for a in got)
+    got, plain = send_all(frames, compress="lz4", shuffle="none")
+    assert all(np.array_equal(a, b) for a, b in zip(got, frames))
+    print(f"lz4: {ratio(plain):.3f}, lz4 bit-shuffled: {ratio(shuffled):.3f}")
+    assert ratio(plain) < 1.05, "LZ4 alone sends noisy counts raw"
+    assert ratio(shuffled) > 1.5, "bit-shuffled, LZ4 finds their constant high bits"
+
+
+def test_shuffle_auto_takes_the_itemsize_and_an_int_forces_one() -> None:
+    counts = poisson_frame(7, (512, 1024))
+    wide = counts.astype(np.float32)                  # 4-byte elements
+    raw = counts.tobytes()                            # plain bytes: no elements known
+    got, auto = send_all([wide, raw], compress="zstd:1")
+    assert np.array_equal(got[0], wide) and got[1].tobytes() == raw
+    got, forced = send_all([raw], compress="lz4", shuffle=2)
+    assert got[0].tobytes() == raw
+    got, unforced = send_all([raw], compress="lz4")
+    assert ratio(forced) > 1.5 > 1.05 > ratio(unforced)
+    # Nothing is shuffled where nothing is compressed.
+    got, none = send_all([counts], shuffle=2)
+    assert np.array_equal(got[0], counts) and none["wire_bytes"] == none["bytes"]

@@ -247,6 +247,103 @@ fn a_killed_receiver_gives_the_sender_a_clear_error() {
     );
 }
 
+/// `n` 16-bit counts, little-endian: Poisson noise (its normal approximation, close at
+/// these counts) around a smooth image of about 1000 counts, rows of 1280.
+fn poisson_counts(n: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut uniform = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    };
+    (0..n)
+        .flat_map(|i| {
+            let (row, col) = ((i / 1280) as f64, (i % 1280) as f64);
+            let lambda = 1000.0 * (1.0 + 0.3 * (col / 300.0).sin() * (row / 250.0).cos());
+            let normal: f64 = (0..12).map(|_| uniform()).sum::<f64>() - 6.0;
+            // Counts of 500 to 1500 and noise of a few times 40: within u16.
+            #[allow(clippy::cast_possible_truncation)]
+            let count = (lambda + lambda.sqrt() * normal).round() as u16;
+            count.to_le_bytes()
+        })
+        .collect()
+}
+
+/// Sends `input` with `extra` options to a fresh receiver: the sender's summary, once
+/// the receiver wrote exactly `input`.
+fn stream_through(input: &[u8], extra: &[&str], what: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let (rx, addr) = receiver(&out, &[]);
+    let sent = send(&addr, input, extra);
+    assert!(
+        sent.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    assert_received(rx, &out, input, what);
+    summary_of(&sent.stderr)
+}
+
+#[test]
+fn shuffle_makes_poisson_u16_frames_compress_with_lz4() {
+    // Twenty 200,000-byte records of 16-bit counts.
+    let input = poisson_counts(2_000_000);
+    let ratio = |s: &serde_json::Value| {
+        assert_eq!(s["bytes"].as_u64(), Some(input.len() as u64));
+        input.len() as f64 / s["wire_bytes"].as_f64().expect("wire_bytes")
+    };
+    let lz4 = ratio(&stream_through(&input, &["--compress", "lz4"], "lz4"));
+    let args = ["--compress", "lz4", "--shuffle", "2", "--streams", "3"];
+    let shuffled = ratio(&stream_through(&input, &args, "lz4 --shuffle 2"));
+    let args = ["--compress", "zstd:3", "--shuffle", "2"];
+    let zstd = ratio(&stream_through(&input, &args, "zstd:3 --shuffle 2"));
+    eprintln!("Poisson uint16 stream: lz4 {lz4:.3}, lz4 --shuffle 2 {shuffled:.3}, zstd:3 --shuffle 2 {zstd:.3}");
+    assert!(lz4 < 1.05, "LZ4 alone sends the noisy counts raw: {lz4:.3}");
+    assert!(
+        shuffled > 1.5,
+        "bit-shuffled, LZ4 squeezes them: {shuffled:.3}"
+    );
+    assert!(zstd > 1.5, "and so does zstd: {zstd:.3}");
+}
+
+#[test]
+fn shuffle_needs_a_codec_an_element_size_and_whole_elements_per_record() {
+    for (extra, says) in [
+        (&["--shuffle", "2"][..], "--shuffle needs --compress"),
+        (
+            &["--shuffle", "3", "--compress", "lz4"][..],
+            "not an element size",
+        ),
+        (
+            &[
+                "--shuffle",
+                "4",
+                "--compress",
+                "lz4",
+                "--record-size",
+                "200002",
+            ][..],
+            "not a multiple of the shuffle's 4-byte elements",
+        ),
+    ] {
+        // Each is refused before the receiver is dialled.
+        let sent = Command::new(BIN)
+            .args(["stream", "send", "sluice://127.0.0.1:9"])
+            .args(["--chunk-size", "1MiB", "--buffer-mem", "16MiB"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the sender");
+        let err = String::from_utf8_lossy(&sent.stderr);
+        assert!(
+            !sent.status.success() && err.contains(says),
+            "{extra:?}: {err}"
+        );
+    }
+}
+
 /// The JSON summary line a `sluice stream` process printed on stderr.
 fn summary_of(stderr: &[u8]) -> serde_json::Value {
     serde_json::from_slice(

@@ -11,6 +11,10 @@
 //! payload            wire_len bytes                            (NOT counted in body_len)
 //! ```
 //!
+//! The payload is the original `raw_len` bytes, or their LZ4 block or zstd frame; with
+//! `SHUFFLED`, the compression of their bit-shuffle ([`crate::shuffle`]). The checksum is
+//! always that of the original bytes, so it checks decompression and unshuffling too.
+//!
 //! Decoding never touches the payload: the I/O layer decodes the 42-byte header, learns
 //! `wire_len` (already checked against the chunk-size limit), and reads the payload
 //! straight into a buffer slot of its own.
@@ -25,6 +29,7 @@ use crate::limits::{
     CHUNK_FIXED_BODY_BYTES, CHUNK_HEADER_BYTES, FRAME_HEADER_BYTES, MAX_CHUNK_BYTES,
     MAX_PACK_SEGMENTS, SEGMENT_BYTES,
 };
+use crate::shuffle::ElementSize;
 
 bitflags_type! {
     /// Flags of a chunk, carried in the common header's flags byte.
@@ -37,8 +42,22 @@ bitflags_type! {
         const PACKED = 1 << 2;
         /// The chunk ends its file (always set on packed chunks).
         const LAST = 1 << 3;
+        /// The original bytes were bit-shuffled ([`crate::shuffle`]) before they were
+        /// compressed; the element size is in `ELEM_LOG2_LOW` / `ELEM_LOG2_HIGH`. Only
+        /// on a compressed chunk, and only toward a peer that offered
+        /// [`crate::Capabilities::SHUFFLE`].
+        const SHUFFLED = 1 << 4;
+        /// Bit 0 of `log2` of the shuffle's element size (with `SHUFFLED` only).
+        const ELEM_LOG2_LOW = 1 << 5;
+        /// Bit 1 of `log2` of the shuffle's element size (with `SHUFFLED` only).
+        const ELEM_LOG2_HIGH = 1 << 6;
     }
 }
+
+/// Where the chunk flags carry `log2` of a shuffle's element size: bits 5 and 6.
+const ELEM_LOG2_SHIFT: u32 = 5;
+const _: () = assert!(ChunkFlags::ELEM_LOG2_LOW.bits() == 1 << ELEM_LOG2_SHIFT);
+const _: () = assert!(ChunkFlags::ELEM_LOG2_HIGH.bits() == 2 << ELEM_LOG2_SHIFT);
 
 /// The fixed part of a chunk frame: 42 bytes on the wire, common header included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +127,32 @@ impl ChunkHeader {
             _ => wire_len,
         };
         self
+    }
+
+    /// The same header for a compressed payload whose original bytes were bit-shuffled
+    /// as elements of `elem` bytes before they were compressed (`None`: they were not).
+    ///
+    /// # Panics
+    /// If `elem` is given for a chunk that is not compressed: a shuffled payload always
+    /// travels compressed (one that does not shrink travels as the original bytes).
+    pub fn shuffled(mut self, elem: Option<ElementSize>) -> ChunkHeader {
+        assert!(
+            elem.is_none() || self.compression() != Compression::None,
+            "a shuffled chunk must be compressed"
+        );
+        let log2 = elem.map_or(0, ElementSize::log2);
+        self.flags.set(ChunkFlags::SHUFFLED, elem.is_some());
+        self.flags.set(ChunkFlags::ELEM_LOG2_LOW, log2 & 1 != 0);
+        self.flags.set(ChunkFlags::ELEM_LOG2_HIGH, log2 & 2 != 0);
+        self
+    }
+
+    /// The element size the original bytes were bit-shuffled as before compression, or
+    /// `None` if they were not.
+    pub fn shuffle(&self) -> Option<ElementSize> {
+        self.flags
+            .contains(ChunkFlags::SHUFFLED)
+            .then(|| ElementSize::from_log2(self.flags.bits() >> ELEM_LOG2_SHIFT))
     }
 
     /// How the payload is compressed.
@@ -257,7 +302,14 @@ impl ChunkHeader {
         {
             return bad("Chunk.flags", "both LZ4 and zstd");
         }
+        let elem_bits = ChunkFlags::ELEM_LOG2_LOW | ChunkFlags::ELEM_LOG2_HIGH;
+        if !h.flags.contains(ChunkFlags::SHUFFLED) && h.flags.intersection(elem_bits).bits() != 0 {
+            return bad("Chunk.flags", "an element size without SHUFFLED");
+        }
         if h.compression() == Compression::None {
+            if h.shuffle().is_some() {
+                return bad("Chunk.flags", "SHUFFLED on an uncompressed chunk");
+            }
             if h.wire_len != h.raw_len {
                 return bad(
                     "Chunk.wire_len",
@@ -540,6 +592,86 @@ mod tests {
         assert!(ChunkHeader::plain(1, 4 * u64::from(cb), &[0; 10], true)
             .validate_geometry(cb, size)
             .is_err());
+    }
+
+    #[test]
+    fn shuffled_chunks_carry_their_element_size() {
+        let raw = vec![1u8; 100];
+        for elem in ElementSize::ALL {
+            let h = ChunkHeader::plain(1, 0, &raw, true)
+                .compressed(Compression::Lz4, 10)
+                .shuffled(Some(elem));
+            let mut w = Vec::new();
+            h.encode(&mut w);
+            let (d, _) = ChunkHeader::decode(&w).unwrap();
+            assert_eq!(
+                (d.shuffle(), d.compression()),
+                (Some(elem), Compression::Lz4)
+            );
+            assert!(d.is_last());
+            assert_eq!(d.shuffled(None).shuffle(), None);
+        }
+        let plain = ChunkHeader::plain(1, 0, &raw, false).compressed(Compression::Zstd, 9);
+        assert_eq!(plain.shuffle(), None);
+        assert_eq!(plain.shuffled(None), plain);
+    }
+
+    /// A header whose flags byte is `flags`, otherwise a valid compressed chunk.
+    fn with_flags(flags: u8) -> Vec<u8> {
+        let raw = vec![1u8; 100];
+        let mut w = Vec::new();
+        ChunkHeader::plain(1, 0, &raw, true)
+            .compressed(Compression::Lz4, 10)
+            .encode(&mut w);
+        w[1] = flags;
+        w
+    }
+
+    #[test]
+    fn shuffle_without_compression_is_rejected() {
+        let last = ChunkFlags::LAST.bits();
+        let shuffled = ChunkFlags::SHUFFLED.bits() | ChunkFlags::ELEM_LOG2_LOW.bits();
+        // SHUFFLED on a chunk that is not compressed (wire_len = raw_len, as it must be).
+        let raw = vec![1u8; 100];
+        let mut w = Vec::new();
+        ChunkHeader::plain(1, 0, &raw, true).encode(&mut w);
+        w[1] = last | shuffled;
+        assert_eq!(
+            ChunkHeader::decode(&w),
+            Err(DecodeError::Inconsistent {
+                field: "Chunk.flags",
+                reason: "SHUFFLED on an uncompressed chunk"
+            })
+        );
+        // An element size without SHUFFLED.
+        for bits in [ChunkFlags::ELEM_LOG2_LOW, ChunkFlags::ELEM_LOG2_HIGH] {
+            let w = with_flags(last | ChunkFlags::COMPRESSED_LZ4.bits() | bits.bits());
+            assert!(matches!(
+                ChunkHeader::decode(&w),
+                Err(DecodeError::Inconsistent {
+                    field: "Chunk.flags",
+                    ..
+                })
+            ));
+        }
+        // Bit 7 is not defined.
+        let w = with_flags(last | ChunkFlags::COMPRESSED_LZ4.bits() | shuffled | 0x80);
+        assert!(matches!(
+            ChunkHeader::decode(&w),
+            Err(DecodeError::BadFlags { frame: "Chunk", .. })
+        ));
+        // And the valid combination decodes.
+        let w = with_flags(last | ChunkFlags::COMPRESSED_LZ4.bits() | shuffled);
+        assert_eq!(
+            ChunkHeader::decode(&w).unwrap().0.shuffle(),
+            Some(ElementSize::Two)
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "must be compressed")]
+    fn shuffling_an_uncompressed_header_is_a_bug() {
+        let _ = ChunkHeader::plain(1, 0, &[1; 10], true).shuffled(Some(ElementSize::Two));
     }
 
     #[test]

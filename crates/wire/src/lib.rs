@@ -13,6 +13,8 @@
 //!   handshake and join state machines.
 //! * [`chunk_checksum`], [`FileDigest`], [`chunk_count`]: integrity and chunk geometry.
 //! * [`RelPath`]: relative paths that cannot escape lexically.
+//! * [`shuffle`]: the bit-shuffle a chunk's payload may pass through before it is
+//!   compressed (`SHUFFLED`), so that typed data compresses.
 //!
 //! ```
 //! use sluice_wire::{Codec, Frame, FrameDecoder, Close, CloseReason};
@@ -39,6 +41,7 @@ mod integrity;
 mod join;
 pub mod limits;
 mod path;
+pub mod shuffle;
 
 pub use auth::{Token, TokenError};
 pub use chunk::{Chunk, ChunkFlags, ChunkHeader, Segment};
@@ -58,3 +61,4 @@ pub use integrity::{
 pub use join::{ClientJoin, JoinError, JoinTable};
 pub use limits::*;
 pub use path::{PathError, PathErrorKind, RelPath};
+pub use shuffle::ElementSize;

@@ -213,6 +213,16 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         &[0x28; 12],
     );
     add(
+        "chunk-shuffled",
+        &[Frame::Chunk(Chunk {
+            header: ChunkHeader::plain(2, 0, &data, true)
+                .compressed(Compression::Lz4, 12)
+                .shuffled(Some(shuffle::ElementSize::Two)),
+            segments: Vec::new(),
+        })],
+        &[0x28; 12],
+    );
+    add(
         "flow",
         &[
             Frame::ChunkAck(ChunkAck {

@@ -1,5 +1,7 @@
-//! Decompression of one thread's chunks.
+//! Decompression of one thread's chunks (and un-shuffling of those that were
+//! bit-shuffled before they were compressed).
 
+use sluice_wire::shuffle::{bitunshuffle, ElementSize};
 use sluice_wire::Compression;
 use std::fmt;
 
@@ -31,20 +33,27 @@ impl Decompressor {
     }
 
     /// Replaces the `wire_len` encoded bytes at the start of `chunk` by the `raw_len`
-    /// original bytes. A payload that does not decode to exactly `raw_len` bytes is an
-    /// error: the chunk is corrupt and must never be written.
+    /// original bytes: decompressed, then un-shuffled where `shuffle` gives the element
+    /// size they were bit-shuffled as (straight from the scratch buffer into `chunk`, so
+    /// a shuffled chunk costs no extra copy). A payload that does not decode to exactly
+    /// `raw_len` bytes is an error: the chunk is corrupt and must never be written.
     ///
     /// # Errors
-    /// The payload is not a valid `compression` encoding of `raw_len` bytes.
+    /// The payload is not a valid `compression` encoding of `raw_len` bytes, or it is
+    /// said to be shuffled but not compressed.
     pub fn decompress(
         &mut self,
         compression: Compression,
+        shuffle: Option<ElementSize>,
         chunk: &mut [u8],
         wire_len: usize,
         raw_len: usize,
     ) -> Result<(), String> {
         if compression == Compression::None {
-            return Ok(());
+            return match shuffle {
+                None => Ok(()),
+                Some(_) => Err("a shuffled chunk that is not compressed".into()),
+            };
         }
         if raw_len > chunk.len() {
             return Err(format!(
@@ -77,7 +86,11 @@ impl Decompressor {
         if n != raw_len {
             return Err(format!("decoded {n} bytes, the header says {raw_len}"));
         }
-        chunk[..raw_len].copy_from_slice(&self.scratch[..raw_len]);
+        let decoded = &self.scratch[..raw_len];
+        match shuffle {
+            Some(elem) => bitunshuffle(decoded, elem, &mut chunk[..raw_len]),
+            None => chunk[..raw_len].copy_from_slice(decoded),
+        }
         Ok(())
     }
 }

@@ -88,6 +88,8 @@ pub struct CodecInputs {
     pub io_threads: u32,
     /// The session's data connections.
     pub streams: u32,
+    /// Whether the peer un-shuffles bit-shuffled chunks (`Capabilities::SHUFFLE`).
+    pub peer_unshuffles: bool,
 }
 
 impl CodecInputs {
@@ -102,6 +104,7 @@ impl CodecInputs {
             planned_decompress: runtime.planned(Role::Decompress),
             io_threads: 1,
             streams: 1,
+            peer_unshuffles: false,
         }
     }
 }
@@ -122,6 +125,9 @@ pub struct CodecPlan {
     /// Threads that hand raw chunks to the wire (`auto` measures the link's share of
     /// their time).
     pub auto_senders: u32,
+    /// Whether chunks of typed elements are bit-shuffled before they are compressed: a
+    /// sending end that compresses, toward a peer that un-shuffles.
+    pub shuffle: bool,
 }
 
 impl CodecPlan {
@@ -139,6 +145,7 @@ impl CodecPlan {
         } else {
             i.asked
         };
+        let shuffle = sending && mode != CompressMode::None && i.peer_unshuffles;
         let plan = match i.site {
             CodecSite::Source => {
                 let staged = if mode == CompressMode::None {
@@ -153,6 +160,7 @@ impl CodecPlan {
                     auto_threads: if staged > 0 { staged } else { i.io_threads },
                     // Raw chunks are handed to the wire by the io-read threads themselves.
                     auto_senders: io,
+                    shuffle,
                 }
             }
             CodecSite::Sink => CodecPlan {
@@ -165,6 +173,7 @@ impl CodecPlan {
                 },
                 auto_threads: 1,
                 auto_senders: 1,
+                shuffle,
             },
             CodecSite::StreamSender | CodecSite::StreamReceiver => CodecPlan {
                 mode,
@@ -172,9 +181,11 @@ impl CodecPlan {
                 decompress_threads: 0,
                 auto_threads: streams,
                 auto_senders: streams,
+                shuffle,
             },
         };
         debug_assert!(sending || plan.compress_threads == 0);
+        debug_assert!(sending || !plan.shuffle);
         plan
     }
 
@@ -197,10 +208,11 @@ impl CodecPlan {
         auto
     }
 
-    /// A compressor for one thread of the session.
+    /// A compressor for one thread of the session (allowed to bit-shuffle where
+    /// [`Self::shuffle`]).
     #[must_use]
     pub fn compressor(&self, auto: &Arc<SharedAuto>) -> Compressor {
-        Compressor::sharing(self.mode, auto)
+        Compressor::sharing(self.mode, auto).with_shuffle(self.shuffle)
     }
 }
 

@@ -5,7 +5,7 @@
 
 use super::plan::{announce, asked_by_peer};
 use super::*;
-use sluice_wire::Compression;
+use sluice_wire::{Compression, ElementSize};
 
 fn compressible(n: usize) -> Vec<u8> {
     (0..n).map(|i| ((i / 7) % 13) as u8).collect()
@@ -28,8 +28,14 @@ fn round_trip(mode: CompressMode, data: &[u8]) -> Compressed {
     let mut c = Compressor::new(mode);
     let out = c.compress(&mut slot, data.len());
     let mut d = Decompressor::new();
-    d.decompress(out.compression, &mut slot, out.wire_len, data.len())
-        .unwrap();
+    d.decompress(
+        out.compression,
+        out.shuffle,
+        &mut slot,
+        out.wire_len,
+        data.len(),
+    )
+    .unwrap();
     assert_eq!(&slot[..data.len()], data, "{mode} round trip");
     out
 }
@@ -75,7 +81,7 @@ fn a_corrupt_compressed_chunk_is_an_error() {
     slot[out.wire_len / 2] ^= 0xff;
     slot[1] ^= 0x55;
     let mut d = Decompressor::new();
-    let r = d.decompress(out.compression, &mut slot, out.wire_len, data.len());
+    let r = d.decompress(out.compression, None, &mut slot, out.wire_len, data.len());
     // Either the decoder refuses it, or it decodes to other bytes, which the chunk
     // checksum then refuses: it never silently yields the original length of garbage
     // without one of the two checks failing.
@@ -86,7 +92,13 @@ fn a_corrupt_compressed_chunk_is_an_error() {
     let zout = Compressor::new(CompressMode::Zstd(3)).compress(&mut zslot, data.len());
     zslot[zout.wire_len - 3] ^= 0xff;
     assert!(d
-        .decompress(zout.compression, &mut zslot, zout.wire_len, data.len())
+        .decompress(
+            zout.compression,
+            None,
+            &mut zslot,
+            zout.wire_len,
+            data.len()
+        )
         .is_err());
 }
 
@@ -113,6 +125,7 @@ fn inputs(site: CodecSite, asked: CompressMode) -> CodecInputs {
         planned_decompress: 3,
         io_threads: 2,
         streams: 3,
+        peer_unshuffles: true,
     }
 }
 
@@ -240,4 +253,208 @@ fn the_plans_auto_measures_on_acknowledgements_with_its_counts() {
     c.record_sent((1, 0), data.len(), std::time::Duration::ZERO);
     auto.delivered((1, 0), std::time::Instant::now());
     auto.refused((1, 64));
+}
+
+/// A `width` x `height` frame of 16-bit counts, little-endian: Poisson noise around a
+/// smooth image of about `mean` counts (the noise as its normal approximation, which is
+/// close at these counts: variance = mean), like a detector frame of a flat sample.
+pub(crate) fn poisson_frame(width: usize, height: usize, mean: f64) -> Vec<u8> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut uniform = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut out = Vec::with_capacity(width * height * 2);
+    for y in 0..height {
+        for col in 0..width {
+            let smooth = 1.0 + 0.3 * (col as f64 / 300.0).sin() * (y as f64 / 250.0).cos();
+            let lambda = mean * smooth;
+            // Irwin-Hall: twelve uniforms make a standard normal.
+            let normal: f64 = (0..12).map(|_| uniform()).sum::<f64>() - 6.0;
+            let count = (lambda + lambda.sqrt() * normal)
+                .round()
+                .clamp(0.0, 65535.0) as u16;
+            out.extend_from_slice(&count.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Compresses `data` with `mode`, as `elem`-byte elements toward a peer that un-shuffles,
+/// checks the round trip and returns what was sent.
+fn round_trip_elements(mode: CompressMode, data: &[u8], elem: Option<ElementSize>) -> Compressed {
+    let mut slot = data.to_vec();
+    let mut c = Compressor::new(mode).with_shuffle(true);
+    let out = c.compress_elements(&mut slot, data.len(), elem);
+    let mut d = Decompressor::new();
+    d.decompress(
+        out.compression,
+        out.shuffle,
+        &mut slot,
+        out.wire_len,
+        data.len(),
+    )
+    .unwrap();
+    assert_eq!(&slot[..data.len()], data, "{mode} {elem:?} round trip");
+    out
+}
+
+proptest::proptest! {
+    /// Any length (odd tails, partial elements) and every element size: the chunk comes
+    /// back whole, and what the compressor says it did is what the header will say.
+    #[test]
+    fn shuffled_chunks_round_trip(
+        len in 0usize..40_000,
+        elem in proptest::sample::select(ElementSize::ALL.to_vec()),
+        zstd in proptest::bool::ANY,
+    ) {
+        let data = poisson_frame(len / 2 + 1, 1, 200.0);
+        let data = &data[..len];
+        let mode = if zstd { CompressMode::Zstd(1) } else { CompressMode::Lz4 };
+        let out = round_trip_elements(mode, data, Some(elem));
+        proptest::prop_assert!(out.wire_len <= len);
+        if out.compression == Compression::None {
+            proptest::prop_assert_eq!((out.shuffle, out.wire_len), (None, len));
+        } else {
+            proptest::prop_assert_eq!(out.shuffle, Some(elem));
+        }
+    }
+}
+
+/// LZ4's ratio of `data` as it is, even where it does not shrink (the compressor would
+/// then send it raw).
+fn lz4_ratio(data: &[u8]) -> f64 {
+    data.len() as f64 / lz4_flex::block::compress(data).len() as f64
+}
+
+#[test]
+fn a_poisson_u16_frame_compresses_only_when_bit_shuffled() {
+    // A quarter of seed 001's frame: 1280 x 1080 counts of about 1000.
+    let frame = poisson_frame(1280, 1080, 1000.0);
+    let plain = round_trip_elements(CompressMode::Lz4, &frame, None);
+    let shuffled = round_trip_elements(CompressMode::Lz4, &frame, Some(ElementSize::Two));
+    let zstd = round_trip_elements(CompressMode::Zstd(3), &frame, None);
+    let zstd_shuffled = round_trip_elements(CompressMode::Zstd(3), &frame, Some(ElementSize::Two));
+    let ratio = |c: Compressed| frame.len() as f64 / c.wire_len as f64;
+    println!(
+        "Poisson uint16 frame, mean 1000: lz4 {:.3} (sent {:.3}), lz4+shuffle {:.3}, zstd:3 {:.3}, zstd:3+shuffle {:.3}",
+        lz4_ratio(&frame),
+        ratio(plain),
+        ratio(shuffled),
+        ratio(zstd),
+        ratio(zstd_shuffled)
+    );
+    assert!(lz4_ratio(&frame) < 1.1, "LZ4 alone finds next to nothing");
+    assert_eq!(shuffled.compression, Compression::Lz4);
+    assert_eq!(shuffled.shuffle, Some(ElementSize::Two));
+    assert!(
+        ratio(shuffled) > 1.5,
+        "bit-shuffled, LZ4 finds the constant high bits"
+    );
+    assert!(ratio(shuffled) > 1.4 * ratio(plain));
+    assert!(ratio(zstd_shuffled) > ratio(zstd));
+}
+
+#[test]
+fn the_compressor_shuffles_only_toward_a_peer_that_unshuffles() {
+    let frame = poisson_frame(256, 64, 1000.0);
+    let mut slot = frame.clone();
+    let out = Compressor::new(CompressMode::Lz4).compress_elements(
+        &mut slot,
+        frame.len(),
+        Some(ElementSize::Two),
+    );
+    assert_eq!(out.shuffle, None, "not allowed: not shuffled");
+    // Nor does a compressor that does not compress.
+    let out = round_trip_elements(CompressMode::None, &frame, Some(ElementSize::Two));
+    assert_eq!((out.compression, out.shuffle), (Compression::None, None));
+}
+
+#[test]
+fn a_shuffled_chunk_that_is_not_compressed_is_an_error() {
+    let mut slot = vec![1u8; 64];
+    let mut d = Decompressor::new();
+    assert!(d
+        .decompress(Compression::None, Some(ElementSize::Two), &mut slot, 64, 64)
+        .is_err());
+    assert!(d
+        .decompress(Compression::None, None, &mut slot, 64, 64)
+        .is_ok());
+}
+
+#[test]
+fn describe_frames_the_header_of_what_was_sent() {
+    let frame = poisson_frame(512, 64, 1000.0);
+    let header = sluice_wire::ChunkHeader::plain(1, 0, &frame, true);
+    let out = round_trip_elements(CompressMode::Lz4, &frame, Some(ElementSize::Two));
+    let h = out.describe(header);
+    assert_eq!(
+        (h.compression(), h.shuffle(), h.wire_len as usize),
+        (Compression::Lz4, Some(ElementSize::Two), out.wire_len)
+    );
+    assert_eq!(
+        h.checksum, header.checksum,
+        "the checksum is the original bytes'"
+    );
+    let raw = round_trip_elements(CompressMode::Lz4, &random(4096), Some(ElementSize::Two));
+    let plain = sluice_wire::ChunkHeader::plain(1, 0, &random(4096), true);
+    assert_eq!(raw.describe(plain), plain);
+}
+
+#[test]
+fn a_stream_sender_shuffles_only_when_it_compresses_toward_a_peer_that_unshuffles() {
+    let p = CodecPlan::decide(&inputs(CodecSite::StreamSender, CompressMode::Lz4));
+    assert!(p.shuffle);
+    assert!(p
+        .compressor(&p.auto(false))
+        .compress_elements(
+            &mut poisson_frame(512, 64, 1000.0),
+            512 * 64 * 2,
+            Some(ElementSize::Two)
+        )
+        .shuffle
+        .is_some());
+    let p = CodecPlan::decide(&CodecInputs {
+        peer_unshuffles: false,
+        ..inputs(CodecSite::StreamSender, CompressMode::Lz4)
+    });
+    assert!(!p.shuffle);
+    let p = CodecPlan::decide(&inputs(CodecSite::StreamSender, CompressMode::None));
+    assert!(!p.shuffle);
+    // Toward this very host, auto sends raw: nothing to shuffle for.
+    let p = CodecPlan::decide(&CodecInputs {
+        peer_is_this_host: true,
+        ..inputs(CodecSite::StreamSender, CompressMode::Auto)
+    });
+    assert!(!p.shuffle);
+    for site in [CodecSite::Sink, CodecSite::StreamReceiver] {
+        assert!(!CodecPlan::decide(&inputs(site, CompressMode::Lz4)).shuffle);
+    }
+}
+
+/// The ratios of a whole 2560 x 2160 Poisson frame, printed (for ARCHITECTURE.md):
+/// `cargo test -p sluice-engine --lib whole_frame_ratios -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement: prints the ratios of a whole frame"]
+fn whole_frame_ratios() {
+    for mean in [100.0, 1000.0, 10_000.0] {
+        let frame = poisson_frame(2560, 2160, mean);
+        let sent = |mode, elem| {
+            let c = round_trip_elements(mode, &frame, elem);
+            frame.len() as f64 / c.wire_len as f64
+        };
+        let two = Some(ElementSize::Two);
+        println!(
+            "mean {mean}: lz4 {:.3} (sent {:.3}), lz4+shuffle {:.3}, zstd:1 {:.3}, zstd:1+shuffle {:.3}, zstd:3 {:.3}, zstd:3+shuffle {:.3}",
+            lz4_ratio(&frame),
+            sent(CompressMode::Lz4, None),
+            sent(CompressMode::Lz4, two),
+            sent(CompressMode::Zstd(1), None),
+            sent(CompressMode::Zstd(1), two),
+            sent(CompressMode::Zstd(3), None),
+            sent(CompressMode::Zstd(3), two),
+        );
+    }
 }

@@ -195,7 +195,8 @@ pub(super) fn accept_chunk(
     let compression = header.compression();
     if compression != Compression::None {
         let (wire, raw) = (header.wire_len as usize, header.raw_len as usize);
-        if let Err(e) = decompressor.decompress(compression, &mut slot, wire, raw) {
+        let shuffle = header.shuffle();
+        if let Err(e) = decompressor.decompress(compression, shuffle, &mut slot, wire, raw) {
             tracing::warn!("chunk of file {} does not decompress: {e}", header.file_id);
             nack(shared, &header, segments);
             return true;

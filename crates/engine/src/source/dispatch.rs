@@ -319,8 +319,7 @@ fn compress(out: &mut Outgoing, compressor: &mut Compressor) {
     let raw_len = out.header.raw_len;
     let done = compressor.compress(&mut out.slot, raw_len as usize);
     if done.compression != Compression::None {
-        let wire = u32::try_from(done.wire_len).unwrap_or(raw_len);
-        out.header = out.header.compressed(done.compression, wire);
+        out.header = done.describe(out.header);
         out.slot.set_filled(done.wire_len);
     }
 }

@@ -47,7 +47,7 @@ use crossbeam_channel::{Receiver, Sender};
 use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_session::stream::{AckRoutes, RecordOrder};
-use sluice_wire::{Accept, Capabilities, Close, CloseReason, Direction, Open, Token};
+use sluice_wire::{Accept, Capabilities, Close, CloseReason, Direction, ElementSize, Open, Token};
 use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -71,6 +71,12 @@ pub struct StreamOptions {
     pub record_bytes: u32,
     /// Compression per record.
     pub compress: CompressMode,
+    /// The size of the elements the stream is made of (`--shuffle`): each record is
+    /// bit-shuffled as such before it is compressed, where it is compressed and the
+    /// receiver un-shuffles (`SHUFFLE`), so that typed data (a detector's 16-bit counts)
+    /// compresses. `None`: records are compressed as they are. Records must start at an
+    /// element, so `record_bytes` must be a multiple of it.
+    pub shuffle: Option<ElementSize>,
     /// Shared secret.
     pub token: Option<Token>,
     /// The sender's encryption and trust.
@@ -98,6 +104,8 @@ struct Record {
     offset: u64,
     last: bool,
     slot: Slot,
+    /// The elements the record is made of, for the bit-shuffle.
+    shuffle: Option<ElementSize>,
 }
 
 /// What one connection's sender sent: payload and wire bytes, records sent again.
@@ -125,6 +133,8 @@ pub struct StreamSender {
     record_bytes: u32,
     /// The send-window governor of a long path (stopped when the sender is dropped).
     _governor: Option<crate::net::governor::Running>,
+    /// The element size of records pushed without one ([`StreamOptions::shuffle`]).
+    shuffle: Option<ElementSize>,
 }
 
 impl std::fmt::Debug for StreamSender {
@@ -201,6 +211,15 @@ impl StreamSender {
                 runtime.chunk_bytes()
             )));
         }
+        if let Some(elem) = opts
+            .shuffle
+            .filter(|e| opts.record_bytes as usize % e.bytes() != 0)
+        {
+            return Err(EngineError::Config(format!(
+                "record size {} is not a multiple of the shuffle's {elem}: records must start at an element",
+                opts.record_bytes
+            )));
+        }
         let open = open_frame(opts, &runtime);
         let opened = session::open_session(addr, opts.token.clone(), open, &opts.tls)?;
         let cap = runtime.plan().buffer_bytes();
@@ -210,7 +229,11 @@ impl StreamSender {
         let acked = opened.capabilities.contains(Capabilities::CHUNK_ACKS);
         let slots = total_slots(&runtime);
         check_sizes(opts, &runtime, &opened.accept, slots)?;
-        let codec = stream_codec(&runtime, opts.compress, &opened.data);
+        let unshuffles = opened.capabilities.contains(Capabilities::SHUFFLE);
+        let codec = stream_codec(&runtime, opts.compress, &opened.data, unshuffles);
+        if opts.shuffle.is_some() && !codec.shuffle && codec.mode != CompressMode::None {
+            tracing::info!("the receiver does not un-shuffle: records are compressed as they are");
+        }
         let started = send::start(send::Start {
             runtime: &runtime,
             peer: addr,
@@ -231,6 +254,7 @@ impl StreamSender {
             started: std::time::Instant::now(),
             record_bytes: opts.record_bytes,
             _governor: governor,
+            shuffle: opts.shuffle,
         })
     }
 
@@ -242,6 +266,23 @@ impl StreamSender {
     /// The receiver went away.
     pub fn push_with(
         &mut self,
+        last: bool,
+        fill: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<(), EngineError> {
+        self.push_elements_with(self.shuffle, last, fill)
+    }
+
+    /// [`Self::push_with`] of a record made of `elem`-byte elements (the first byte of
+    /// the record is an element's first byte), which overrides
+    /// [`StreamOptions::shuffle`]: the record is bit-shuffled as such before it is
+    /// compressed, where the stream compresses and the receiver un-shuffles. `None`: it
+    /// is compressed as it is.
+    ///
+    /// # Errors
+    /// The receiver went away.
+    pub fn push_elements_with(
+        &mut self,
+        elem: Option<ElementSize>,
         last: bool,
         fill: impl FnOnce(&mut [u8]) -> usize,
     ) -> Result<(), EngineError> {
@@ -263,7 +304,12 @@ impl StreamSender {
                 .map_err(|e| EngineError::Aborted(e.to_string()))?;
         }
         self.order.pushed(n as u64);
-        let record = Record { offset, last, slot };
+        let record = Record {
+            offset,
+            last,
+            slot,
+            shuffle: elem,
+        };
         if self.queues[conn].send(record).is_err() {
             return Err(self.failure());
         }
@@ -324,13 +370,20 @@ impl StreamSender {
     }
 }
 
-/// The codec decisions of a stream's sender over `data`.
-fn stream_codec(runtime: &Runtime, asked: CompressMode, data: &[Link]) -> CodecPlan {
+/// The codec decisions of a stream's sender over `data`, toward a receiver that
+/// un-shuffles or not.
+fn stream_codec(
+    runtime: &Runtime,
+    asked: CompressMode,
+    data: &[Link],
+    peer_unshuffles: bool,
+) -> CodecPlan {
     CodecPlan::decide(&CodecInputs {
         peer_is_this_host: data
             .first()
             .is_some_and(|l| transport::peer_is_this_host(l.stream())),
         streams: u32::try_from(data.len()).unwrap_or(u32::MAX),
+        peer_unshuffles,
         ..CodecInputs::on(runtime, CodecSite::StreamSender, asked)
     })
 }

@@ -289,8 +289,9 @@ fn recv_loop(
         if arrival == Arrival::Drop {
             continue; // sent before the sender heard of the damage: it comes again
         }
+        let shuffle = header.shuffle();
         let checked = check_record(&header, &mut slot, |c, buf| {
-            decompressor.decompress(c, buf, wire, raw)
+            decompressor.decompress(c, shuffle, buf, wire, raw)
         });
         let verdict = state.checked(header.offset, checked.map(|len| slot.set_filled(len)));
         match verdict {

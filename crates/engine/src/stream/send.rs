@@ -12,7 +12,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_session::stream::{AckRoutes, SendWindow, StreamError, Word};
-use sluice_wire::{ChunkHeader, Close, CloseReason, Compression, Frame};
+use sluice_wire::{ChunkHeader, Close, CloseReason, Frame};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -248,20 +248,18 @@ impl SendLoop {
     /// receiver acknowledges).
     fn send_record(&mut self, mut rec: Record) -> Result<(), EngineError> {
         let raw_len = rec.slot.filled();
-        let mut header = ChunkHeader::plain(
+        // Framed (checksummed) before the slot's bytes are compressed in place.
+        let plain = ChunkHeader::plain(
             STREAM_FILE_ID,
             rec.offset,
             rec.slot.filled_bytes(),
             rec.last,
         );
-        let out = self.compressor.compress(&mut rec.slot, raw_len);
-        if out.compression != Compression::None {
-            header = header.compressed(
-                out.compression,
-                u32::try_from(out.wire_len).unwrap_or(header.raw_len),
-            );
-            rec.slot.set_filled(out.wire_len);
-        }
+        let out = self
+            .compressor
+            .compress_elements(&mut rec.slot, raw_len, rec.shuffle);
+        let header = out.describe(plain);
+        rec.slot.set_filled(out.wire_len);
         let handing = std::time::Instant::now();
         transmit(&mut self.conn, &self.peer, &header, &mut rec.slot)?;
         self.compressor

@@ -27,6 +27,10 @@ bitflags_type! {
         /// or dropped because its file had already ended) or `ChunkNack` on the control
         /// connection, so the source can measure what arrives, not only what it sent.
         const CHUNK_ACKS = 1 << 6;
+        /// The sink un-shuffles chunks flagged `SHUFFLED` (bit-shuffled before they were
+        /// compressed, [`crate::shuffle`]); a source shuffles only toward a sink that
+        /// offers it.
+        const SHUFFLE = 1 << 7;
     }
 }
 

@@ -113,18 +113,23 @@ pub fn arb_chunk() -> impl Strategy<Value = Chunk> {
         arb_compression(),
         any::<bool>(),
         any::<prop::sample::Index>(),
+        prop::option::of(prop::sample::select(shuffle::ElementSize::ALL.to_vec())),
     )
-        .prop_map(|(file_id, offset, raw_len, checksum, comp, last, w)| {
-            let mut h = ChunkHeader::plain(file_id, offset, &[], last);
-            h.raw_len = raw_len;
-            h.wire_len = raw_len;
-            h.checksum = checksum;
-            let wire_len = u32::try_from(w.index(raw_len as usize)).unwrap() + 1;
-            Chunk {
-                header: h.compressed(comp, wire_len),
-                segments: Vec::new(),
-            }
-        });
+        .prop_map(
+            |(file_id, offset, raw_len, checksum, comp, last, w, elem)| {
+                let mut h = ChunkHeader::plain(file_id, offset, &[], last);
+                h.raw_len = raw_len;
+                h.wire_len = raw_len;
+                h.checksum = checksum;
+                let wire_len = u32::try_from(w.index(raw_len as usize)).unwrap() + 1;
+                // Only a compressed chunk may be shuffled.
+                let elem = elem.filter(|_| comp != Compression::None);
+                Chunk {
+                    header: h.compressed(comp, wire_len).shuffled(elem),
+                    segments: Vec::new(),
+                }
+            },
+        );
     let packed = (
         any::<u32>(),
         prop::collection::vec((1u64..1000, 1u32..5000), 1..64),
