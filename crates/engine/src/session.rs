@@ -203,10 +203,6 @@ pub(crate) fn run_role(
         events: &events,
         stats,
     };
-    // The sending side governs its windows on a long path.
-    let governor = matches!(role, Role::Source(_))
-        .then(|| crate::net::governor::start(&probes, &tuning))
-        .flatten();
     let result = match role {
         Role::Sink { root, dest } => {
             let conns = conns
@@ -220,12 +216,9 @@ pub(crate) fn run_role(
             crate::source::run(runtime, spec, opts, wiring, conns)
         }
     };
-    let clamps = governor.map_or(0, crate::net::governor::Running::stop);
     let figures = crate::net::tuning::final_figures(&probes);
     crate::monitor::global().session_ended(watched);
-    let mut report = crate::net::tuning::NetworkReport::new(&tuning, figures);
-    report.window_clamps = clamps;
-    stats.set_network(report);
+    stats.set_network(crate::net::tuning::NetworkReport::new(&tuning, figures));
     if let Err(e) = &result {
         let msg = match &root {
             Some(r) => crate::sink::redact_root(&e.to_string(), r),

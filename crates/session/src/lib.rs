@@ -23,7 +23,6 @@
 #![deny(missing_docs)]
 
 pub mod auto;
-pub mod governor;
 pub mod sched;
 pub mod sink;
 pub mod source;

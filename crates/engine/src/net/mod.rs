@@ -14,13 +14,10 @@
 //! * [`tcp`]: `TCP_INFO`, the congestion control per socket, socket buffers.
 //! * [`path`]: socket buffers sized to the path's bandwidth-delay product (pure).
 //! * [`tuning`]: a session's data connections tuned to the path; the `network` report.
-//! * [`governor`]: on a long path, the sending side's windows clamped while its
-//!   connections overrun the bottleneck ([`sluice_session::governor`]'s I/O shell).
 
 pub mod accept;
 pub mod connect;
 pub mod control;
-pub mod governor;
 pub mod handshake;
 pub mod path;
 mod predial;

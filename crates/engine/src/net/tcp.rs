@@ -260,18 +260,6 @@ pub fn size_buffers(stream: &TcpStream, bytes: usize) -> io::Result<Granted> {
     })
 }
 
-/// Sets the send buffer of a live `stream` to `bytes` (the kernel doubles it), past
-/// `net.core.wmem_max` where this process may: the kernel keeps a connection's
-/// unacknowledged and unsent bytes within it, so it bounds what is in flight.
-///
-/// # Errors
-/// The kernel refused.
-pub fn set_send_buffer(stream: &TcpStream, bytes: usize) -> io::Result<()> {
-    let fd = stream.as_raw_fd();
-    set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, bytes)
-        .or_else(|_| set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, bytes))
-}
-
 /// The last number of `/proc/sys/net/NAME` (the maximum of `tcp_rmem`'s three).
 fn sysctl_last(name: &str) -> Option<usize> {
     let text = std::fs::read_to_string(format!("/proc/sys/net/{name}")).ok()?;

@@ -176,9 +176,6 @@ pub struct NetworkReport {
     pub reason: String,
     /// Each data connection at the end, in stream order.
     pub connections: Vec<ConnectionReport>,
-    /// Times the sending side's governor clamped or shrank a connection's window
-    /// because it overran the path ([`super::governor`]; 0 on the receiving side).
-    pub window_clamps: u64,
 }
 
 impl NetworkReport {
@@ -194,7 +191,6 @@ impl NetworkReport {
             capped: t.plan.capped,
             reason: t.reason(),
             connections,
-            window_clamps: 0,
         }
     }
 

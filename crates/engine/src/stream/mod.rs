@@ -131,8 +131,6 @@ pub struct StreamSender {
     order: RecordOrder,
     started: std::time::Instant,
     record_bytes: u32,
-    /// The send-window governor of a long path (stopped when the sender is dropped).
-    _governor: Option<crate::net::governor::Running>,
     /// The element size of records pushed without one ([`StreamOptions::shuffle`]).
     shuffle: Option<ElementSize>,
 }
@@ -223,9 +221,7 @@ impl StreamSender {
         let open = open_frame(opts, &runtime);
         let opened = session::open_session(addr, opts.token.clone(), open, &opts.tls)?;
         let cap = runtime.plan().buffer_bytes();
-        let (tuning, probes) =
-            crate::net::tuning::tune_session(opened.reader.link(), &opened.data, cap);
-        let governor = crate::net::governor::start(&probes, &tuning);
+        crate::net::tuning::tune_session(opened.reader.link(), &opened.data, cap);
         let acked = opened.capabilities.contains(Capabilities::CHUNK_ACKS);
         let slots = total_slots(&runtime);
         check_sizes(opts, &runtime, &opened.accept, slots)?;
@@ -253,7 +249,6 @@ impl StreamSender {
             closing: started.closing,
             started: std::time::Instant::now(),
             record_bytes: opts.record_bytes,
-            _governor: governor,
             shuffle: opts.shuffle,
         })
     }
