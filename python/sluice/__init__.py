@@ -21,6 +21,10 @@ Nothing is dropped: a consumer that falls behind fills the bounded queues, TCP's
 closes and ``send`` waits (with the GIL released). Every record is checksummed, sent
 again if damaged, and acknowledged; ``close`` returns once the receiver has every frame.
 
+A received frame is not copied where that can be avoided: the array is a writable view
+of the receiver's buffer slot, which goes back to the receiver when the array is
+dropped (see :class:`Receiver`; ``copy()`` arrays to keep many of them).
+
 With ``compress``, typed frames are bit-shuffled by their itemsize before they are
 compressed (``shuffle="auto"``), so that a ``uint16`` detector frame with Poisson noise,
 which LZ4 alone cannot shrink, travels in about half its bytes.
@@ -254,6 +258,18 @@ class Receiver:
 
     The sender is accepted at the first read. A frame is acknowledged once it is
     in this process; the stream's end is confirmed to the sender when iteration ends.
+
+    Arrays without a copy: a frame that travelled whole in one record (one that fits
+    the sender's ``chunk_size``, 16 MiB by default, with its header) is yielded as a
+    writable numpy array over the receiver's buffer slot that holds it, not copied out
+    (``arr.base`` is a ``sluice._sluice.SlotView``). The slot is the array's until the
+    array and every view of it are dropped, on any thread; then it goes back to this
+    receiver's pool. A receiver lends only its spare slots (:attr:`slots_spare`: those
+    beyond three per connection and one, which the stream needs to keep going); while
+    all of them are held, and for frames spanning records, frames come in fresh
+    arrays, copied. So holding arrays never stalls the stream, but each one held keeps
+    a whole slot from the receiver: ``copy()`` the arrays to keep many of them (or use
+    :meth:`recv_into`, which always copies into the caller's buffer).
     """
 
     def __init__(self, listen: str = "127.0.0.1:0", *, streams: int = 2,
@@ -292,6 +308,16 @@ class Receiver:
         s = self._raw.summary()
         return None if s is None else json.loads(s)
 
+    @property
+    def slots_lent(self) -> int:
+        """Buffer slots held now by arrays this receiver yielded without a copy."""
+        return self._raw.slots_lent
+
+    @property
+    def slots_spare(self) -> int:
+        """Buffer slots that arrays may hold at once (0 until the sender is accepted)."""
+        return self._raw.slots_spare
+
     def __iter__(self) -> Iterator[Tuple[Optional[np.ndarray], Meta]]:
         return self
 
@@ -302,7 +328,10 @@ class Receiver:
         return got
 
     def recv(self) -> Optional[Tuple[Optional[np.ndarray], Meta]]:
-        """The next frame as ``(array, meta)`` in a new array, or ``None`` at the end."""
+        """The next frame as ``(array, meta)``, or ``None`` at the end. The array is
+        writable and new to the caller: a view of the receiver's slot where the frame
+        lies whole in one and a slot can be spared, else a fresh copy (see
+        :class:`Receiver`)."""
         while True:
             head = self._next()
             if head is None:
@@ -312,9 +341,7 @@ class Receiver:
                 if self._series_events:
                     return None, meta
                 continue
-            arr = _array_for(info, nbytes, meta.frame_id)
-            self._raw.read_payload(_writable_view(arr))
-            return arr, meta
+            return self._payload(info, nbytes, meta.frame_id), meta
 
     def recv_into(self, out: Any) -> Optional[Meta]:
         """Receives the next frame into ``out`` (a writable C-contiguous buffer of
@@ -336,6 +363,16 @@ class Receiver:
                 return meta
             if self._series_events:
                 return meta
+
+    def _payload(self, info: dict[str, Any], nbytes: int, frame_id: int) -> np.ndarray:
+        """The pending frame's array: its slot lent where it can be, else a copy."""
+        dtype, shape = _layout(info, nbytes, frame_id)
+        lent = self._raw.lend_payload()
+        if lent is not None:
+            return np.ndarray(shape, dtype=dtype, buffer=lent)    # arr.base is `lent`
+        arr = np.empty(shape, dtype=dtype)
+        self._raw.read_payload(_writable_view(arr))
+        return arr
 
     def _next(self) -> Optional[Tuple[int, dict[str, Any], int, Meta]]:
         held, self._held = self._held, None
@@ -363,10 +400,11 @@ class Receiver:
         self.close()
 
 
-def _array_for(info: dict[str, Any], nbytes: int, frame_id: int) -> np.ndarray:
-    """An empty array for a frame of `nbytes` described by the sender's `info`, checked
-    before anything is allocated: a plain dtype (no Python objects, whose bytes would
-    be pointers) and a shape whose size is exactly the payload's."""
+def _layout(info: dict[str, Any], nbytes: int,
+            frame_id: int) -> Tuple[np.dtype, Tuple[int, ...]]:
+    """The dtype and shape of a frame of `nbytes` described by the sender's `info`,
+    checked before anything is allocated or viewed: a plain dtype (no Python objects,
+    whose bytes would be pointers) and a shape whose size is exactly the payload's."""
     what = f"frame {frame_id}: dtype {info.get('dtype')!r}, shape {info.get('shape')!r}"
     try:
         dtype = np.dtype(info["dtype"])
@@ -380,7 +418,7 @@ def _array_for(info: dict[str, Any], nbytes: int, frame_id: int) -> np.ndarray:
         size *= n
     if size != nbytes:
         raise TransferError(f"{what}: {size} bytes, but the frame carries {nbytes}")
-    return np.empty(shape, dtype=dtype)
+    return dtype, shape
 
 
 def _writable_view(out: Any) -> memoryview:

@@ -68,10 +68,29 @@ class RawReceiver:
         ``None`` at the end; a payload left unread is skipped."""
     def read_payload(self, out: Any) -> None:
         """Copies the pending payload into a writable C-contiguous buffer of its size."""
+    def lend_payload(self) -> Optional[SlotView]:
+        """The pending payload left in its buffer slot and lent, where it lies whole in
+        the message's first record, 64-byte aligned, not empty, and the stream can
+        spare the slot; else ``None``, and the payload stays for ``read_payload``."""
+    @property
+    def slots_lent(self) -> int:
+        """Slots held now by ``SlotView`` objects (and the arrays over them)."""
+    @property
+    def slots_spare(self) -> int:
+        """Slots that may be lent at once: those beyond three per connection and one
+        (0 until the sender is accepted)."""
     def summary(self) -> Optional[str]:
         """The totals as JSON once the stream has ended."""
     def close(self) -> None:
         """Stops receiving; a stream not yet ended is abandoned."""
+
+class SlotView:
+    """A received payload in the receiver's buffer slot, lent: it exports the payload
+    as a writable one-dimensional byte buffer (``np.ndarray(shape, dtype,
+    buffer=view)`` makes the array), and gives the slot back to the receiver's pool
+    when it and every export and array over it are dropped, on any thread."""
+
+    def __len__(self) -> int: ...
 
 def copy(
     sources: list[str],

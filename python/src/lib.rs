@@ -3,6 +3,7 @@
 //! their meta into the messages [`frame`] lays out, and `copy` takes keyword options.
 //!
 //! * [`sender`] and [`receiver`]: a stream of messages over the engine's stream API;
+//! * [`view`]: a received payload lent in its slot, for arrays without a copy;
 //! * [`copy`]: files and trees through `sluice_engine::client::copy`, with progress;
 //! * [`options`]: plans, secrets and TLS from the caller's options;
 //! * [`errors`]: the exceptions, by the CLI's error classes.
@@ -13,6 +14,7 @@ pub mod frame;
 pub mod options;
 pub mod receiver;
 pub mod sender;
+pub mod view;
 
 use pyo3::prelude::*;
 
@@ -21,6 +23,7 @@ use pyo3::prelude::*;
 fn _sluice(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sender::RawSender>()?;
     m.add_class::<receiver::RawReceiver>()?;
+    m.add_class::<view::SlotView>()?;
     m.add_function(wrap_pyfunction!(copy::copy, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

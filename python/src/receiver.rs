@@ -1,17 +1,21 @@
 //! `_sluice.RawReceiver`: the engine's [`StreamReceiver`] for Python. A message's
-//! header is read from its first record; the caller then gives a buffer (a fresh numpy
-//! array, or its own for `recv_into`) and the payload is copied into it straight from
-//! the NUMA-local slots, with the GIL released.
+//! header is read from its first record. Then either the payload is lent where it lies
+//! (`lend_payload`: a [`SlotView`] over the record's NUMA-local slot, when the payload
+//! is whole in that record and the stream can spare the slot, see
+//! [`StreamReceiver::lend`]), or the caller gives a buffer (a fresh numpy array, or its
+//! own for `recv_into`) and the payload is copied into it straight from the slots, with
+//! the GIL released.
 
 use crate::errors::{engine, usage};
-use crate::frame::{Header, Kind};
+use crate::frame::{Header, Kind, PAYLOAD_ALIGN_BYTES};
 use crate::options::{server_tls, token_arg, JobSpec, Side};
+use crate::view::SlotView;
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use sluice_buffers::Slot;
 use sluice_engine::net::tls::ServerTls;
-use sluice_engine::stream::{Polled, StreamReceiver, StreamSummary};
+use sluice_engine::stream::{Loans, Polled, StreamReceiver, StreamSummary};
 use sluice_engine::{EngineError, Runtime};
 use sluice_wire::Token;
 use std::net::{SocketAddr, TcpListener};
@@ -58,6 +62,8 @@ struct Waiting {
 struct State {
     phase: Phase,
     pending: Option<Pending>,
+    /// The stream's loans once the sender is accepted; they outlive the stream.
+    loans: Option<Loans>,
 }
 
 /// The receiving end of a stream of messages (see `sluice.Receiver`).
@@ -127,6 +133,7 @@ impl RawReceiver {
             state: Mutex::new(State {
                 phase: Phase::Waiting(Box::new(waiting)),
                 pending: None,
+                loans: None,
             }),
             listen_fd,
             address,
@@ -184,6 +191,26 @@ impl RawReceiver {
             };
             lock(&self.state).read_payload(dst)
         })
+    }
+
+    /// Lends the pending message's payload in its slot, as a `SlotView`, where the
+    /// payload lies whole in the message's first record, 64-byte aligned, not empty,
+    /// and the stream can spare the slot; `None` otherwise (the payload stays pending,
+    /// for `read_payload`).
+    fn lend_payload(&self, py: Python<'_>) -> PyResult<Option<SlotView>> {
+        py.detach(|| lock(&self.state).lend_payload())
+    }
+
+    /// Slots lent now (`SlotView`s alive).
+    #[getter]
+    fn slots_lent(&self) -> usize {
+        lock(&self.state).loans.as_ref().map_or(0, Loans::lent)
+    }
+
+    /// Slots that may be lent at once (0 until the sender is accepted).
+    #[getter]
+    fn slots_spare(&self) -> usize {
+        lock(&self.state).loans.as_ref().map_or(0, Loans::spare)
     }
 
     /// The stream's totals as JSON once it has ended, else `None`.
@@ -244,6 +271,7 @@ impl State {
             };
             let r =
                 StreamReceiver::accept(&w.listener, w.token, &w.tls, w.runtime).map_err(engine)?;
+            self.loans = Some(r.loans().clone());
             self.phase = Phase::Open(r);
         }
         match &mut self.phase {
@@ -351,6 +379,33 @@ impl State {
             at += bytes.len();
         }
         Ok(())
+    }
+
+    /// The pending payload lent in its slot, where it can be (`RawReceiver::lend_payload`);
+    /// otherwise it stays pending.
+    fn lend_payload(&mut self) -> PyResult<Option<SlotView>> {
+        let Some(p) = self.pending.take() else {
+            return Err(usage(
+                "no message is waiting for its payload: call next_header first",
+            ));
+        };
+        let len = p.first.filled() - p.at;
+        let lendable =
+            len > 0 && len as u64 == p.header.payload_bytes && p.at % PAYLOAD_ALIGN_BYTES == 0;
+        let r = match &self.phase {
+            Phase::Open(r) if lendable => r,
+            _ => {
+                self.pending = Some(p);
+                return Ok(None);
+            }
+        };
+        match r.lend(p.first) {
+            Ok(lent) => Ok(Some(SlotView::new(lent, p.at, len))),
+            Err(first) => {
+                self.pending = Some(Pending { first, ..p });
+                Ok(None)
+            }
+        }
     }
 
     /// Drops the pending payload (the caller did not read it).

@@ -441,6 +441,15 @@ impl Slot {
     pub fn pool(&self) -> &Arc<BufferPool> {
         &self.pool
     }
+
+    /// The slot's first byte, for lending the slot's bytes to code outside Rust's
+    /// borrows (a Python buffer export, which numpy may write). The pointer comes from
+    /// the pool's mapping, not from a reference, and stays valid while this slot lives;
+    /// writing through it is sound only while no slice from `Deref` or `DerefMut` of
+    /// this slot is alive.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.pool.slot_ptr(self.index)
+    }
 }
 
 impl Deref for Slot {

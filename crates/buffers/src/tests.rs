@@ -123,6 +123,24 @@ fn filled_marks_the_valid_prefix() {
 }
 
 #[test]
+fn bytes_written_through_the_raw_pointer_are_the_slots() {
+    let pool = pool(None, 2);
+    let other = pool.acquire();
+    let slot = pool.acquire();
+    let ptr = slot.as_mut_ptr();
+    assert_eq!(ptr.cast_const(), slot.as_ptr());
+    assert_ne!(ptr, other.as_mut_ptr());
+    // SAFETY: `ptr` addresses the slot's SLOT bytes, which no slice of `slot` borrows
+    // while they are written; the slice below is made afterwards.
+    unsafe { std::ptr::copy_nonoverlapping(b"lent".as_ptr(), ptr.add(SLOT - 4), 4) };
+    assert_eq!(&slot[SLOT - 4..], b"lent");
+    assert!(
+        other.iter().all(|&b| b == 0),
+        "the write stayed in its slot"
+    );
+}
+
+#[test]
 #[should_panic(expected = "filled 65537 > slot size 65536")]
 fn filling_past_the_slot_is_a_bug() {
     pool(None, 1).acquire().set_filled(SLOT + 1);

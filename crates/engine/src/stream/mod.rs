@@ -26,12 +26,16 @@
 //! * `send.rs`: one connection's send loop and the control reader that routes the
 //!   receiver's words;
 //! * `recv.rs`: [`receive_to`]'s writer and the connections' receive loops;
-//! * `accept.rs`: the receiver's handshake, `Open` and joins.
+//! * `accept.rs`: the receiver's handshake, `Open` and joins;
+//! * `lend.rs`: lending received records' slots to the caller within the pools' spare
+//!   slots, so that a caller keeping records never stalls the stream.
 
 mod accept;
+mod lend;
 mod recv;
 mod send;
 
+pub use lend::{spare_slots, LentSlot, Loans};
 pub use recv::{receive_to, Polled, StreamReceiver};
 pub use sluice_session::stream::MAX_RESENDS;
 

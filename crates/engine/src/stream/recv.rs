@@ -3,6 +3,7 @@
 //! connection `k mod N` and writes it out.
 
 use super::accept::{accept_session, Accepted};
+use super::lend::{LentSlot, Loans};
 use super::{lock, StreamSummary, QUEUE_RECORDS};
 use crate::codec::Decompressor;
 use crate::control::spawn_reader;
@@ -78,10 +79,13 @@ pub enum Polled {
 
 /// The receiving end as a library API: records in order, one at a time, each in its
 /// NUMA-local slot until the caller drops it (`sluice stream recv` writes them to its
-/// output; the Python package copies them into the caller's arrays).
+/// output; the Python package lends them to the caller as arrays, or copies them into
+/// the caller's arrays).
 pub struct StreamReceiver {
     queues: Vec<Queue>,
     threads: Vec<Thread>,
+    /// Loans of records' slots to the caller, within each pool's spare slots.
+    loans: Loans,
     order: RecordOrder,
     writer: Arc<Mutex<FrameWriter>>,
     asked_again: Arc<AtomicU64>,
@@ -125,11 +129,16 @@ impl StreamReceiver {
         let writer = Arc::new(Mutex::new(writer));
         let asked_again = Arc::new(AtomicU64::new(0));
         let answer = acked.then(|| Arc::clone(&writer));
-        let (queues, threads) = spawn_receivers(&runtime, data, answer, &asked_again)?;
+        let Receivers {
+            queues,
+            threads,
+            pools,
+        } = spawn_receivers(&runtime, data, answer, &asked_again)?;
         Ok(StreamReceiver {
             order: RecordOrder::new(queues.len()),
             queues,
             threads,
+            loans: Loans::new(&pools),
             writer,
             asked_again,
             started,
@@ -194,6 +203,25 @@ impl StreamReceiver {
         self.order.records()
     }
 
+    /// `slot`, a record this receiver yielded, lent to the caller for as long as it
+    /// likes, where its pool has a spare slot (beyond what every connection drawing from
+    /// it needs to keep the stream going, [`spare_slots`](super::spare_slots), counted
+    /// over the loans not yet dropped); else `slot` back, to copy out and drop. The
+    /// stream never waits for a [`LentSlot`]: dropping one, on any thread, only makes
+    /// room for the next loan.
+    ///
+    /// # Errors
+    /// `slot` itself (`Err`), when lending it could stall the stream.
+    pub fn lend(&self, slot: Slot) -> Result<LentSlot, Slot> {
+        self.loans.lend(slot)
+    }
+
+    /// The loans ([`StreamReceiver::lend`]): how many slots are lent, how many may be
+    /// (clone it to count on after the stream ends).
+    pub fn loans(&self) -> &Loans {
+        &self.loans
+    }
+
     /// Ends the stream: tells the sender every record is out of the receiver's hands
     /// (its `CloseAck`: call it only once what was taken is safely stored) and returns
     /// the totals.
@@ -210,6 +238,15 @@ impl StreamReceiver {
     }
 }
 
+/// The net-recv threads, by connection.
+struct Receivers {
+    /// Each one's queue of records to the writer.
+    queues: Vec<Queue>,
+    threads: Vec<Thread>,
+    /// The pool each one draws its slots from.
+    pools: Vec<Arc<BufferPool>>,
+}
+
 /// One net-recv thread per data connection, pinned by the plan, each with a queue of
 /// two records to the writer.
 fn spawn_receivers(
@@ -217,12 +254,14 @@ fn spawn_receivers(
     data: Vec<Link>,
     answer: Option<Arc<Mutex<FrameWriter>>>,
     asked_again: &Arc<AtomicU64>,
-) -> Result<(Vec<Queue>, Vec<Thread>), EngineError> {
+) -> Result<Receivers, EngineError> {
     let mut queues = Vec::with_capacity(data.len());
     let mut threads = Vec::with_capacity(data.len());
+    let mut pools = Vec::with_capacity(data.len());
     for (i, s) in data.into_iter().enumerate() {
         let i = u32::try_from(i).unwrap_or(0);
         let (_, pool) = runtime.pool_for(Role::NetRecv, i);
+        pools.push(Arc::clone(&pool));
         let (tx, rx) = bounded::<(ChunkHeader, Slot)>(QUEUE_RECORDS);
         queues.push(rx);
         let max = runtime.chunk_bytes();
@@ -236,7 +275,11 @@ fn spawn_receivers(
             .map_err(|e| EngineError::io("starting a net-recv thread", e))?;
         threads.push(t);
     }
-    Ok((queues, threads))
+    Ok(Receivers {
+        queues,
+        threads,
+        pools,
+    })
 }
 
 /// A connection's thread ended before the record due: its error says why. Every
