@@ -150,7 +150,7 @@ def main() -> None:
         try:
             for rnd in range(a.rounds):
                 for tool, comp in [("sluice", "none"), ("zmq", "none"), ("zmq-lz4", "none"),
-                                   ("sluice", "lz4"), ("sluice", "zstd")]:
+                                   ("sluice", "lz4"), ("sluice", "zstd"), ("sluice", "zstd:3")]:
                     keep(dict(stream(tool, a.wan_frames, "tbf", compress=comp, data="tomo"),
                               round=rnd))
         finally:
@@ -197,7 +197,8 @@ def report(results: list[dict[str, Any]]) -> str:
     rounds = sorted({r.get("round") for r in results if r.get("round") is not None})
     for link, pairs in [("loopback", [("none", "zmq", "none"), ("lz4", "zmq-lz4", "none")]),
                         ("tbf", [("none", "zmq", "none"), ("lz4", "zmq", "none"),
-                                 ("zstd", "zmq", "none"), ("lz4", "zmq-lz4", "none")])]:
+                                 ("zstd", "zmq", "none"), ("zstd:3", "zmq", "none"),
+                                 ("lz4", "zmq-lz4", "none")])]:
         for comp, peer, peer_comp in pairs:
             vals = []
             for rnd in rounds:
