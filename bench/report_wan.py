@@ -37,9 +37,14 @@ def iperf_best(agg, path):
     return best
 
 
+def wan_runs(agg, path, tool, variant="default"):
+    """A tool's aggregated runs on a path, whichever file the path moved (None: not run)."""
+    return next((v for k, v in agg.items() if k[0] == "wan" and k[1] == path and k[3] == tool and k[4] == variant), None)
+
+
 def tool_thr(agg, path, tool, variant="default"):
     """A tool's median rate on a path, whichever file the path moved."""
-    s = next((v for k, v in agg.items() if k[0] == "wan" and k[1] == path and k[3] == tool and k[4] == variant), None)
+    s = wan_runs(agg, path, tool, variant)
     if s is None:
         return None, "not run"
     return (s["thr"], "ok") if s["status"] == "ok" else (None, s["status"])
@@ -47,7 +52,7 @@ def tool_thr(agg, path, tool, variant="default"):
 
 def link_split(agg, path):
     """How sluice's bytes went over the two links (client side's TUN counters)."""
-    s = next((v for k, v in agg.items() if k[0] == "wan" and k[1] == path and k[3] == "sluice" and k[4] == "default"), None)
+    s = wan_runs(agg, path, "sluice")
     if not s or s["link1"] is None or s["link2"] is None:
         return ""
     return f"; sluice's bytes on link 1 / 2: {s['link1'] / 1e9:.2f} / {s['link2'] / 1e9:.2f} GB"
