@@ -163,7 +163,7 @@ def plot(out, data):
     bx.set_xticklabels(names, fontsize=7, rotation=20)
     bx.set_ylabel("Mbit/s (median)")
     bx.set_title("Every path", fontsize=9)
-    fig.suptitle("WAN paths through sluice-delayline (1 file, tmpfs to tmpfs, default flags)", fontsize=9)
+    fig.suptitle("WAN paths through sluice-delayline (1 file from tmpfs, default flags)", fontsize=9)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "wan.png"), dpi=90)
     plt.close(fig)
@@ -206,6 +206,21 @@ def counters(stats):
     return rows
 
 
+def destination(meta):
+    """The paragraph on where the file goes and how fast a fresh file is written there."""
+    if not meta.get("dest"):
+        return []  # runs before the destination was measured: tmpfs, rates unknown
+    g = lambda k: float(meta.get(k) or 0) / 1e9
+    return [f"Destination: {meta.get('dest_description', meta['dest'])}. A fresh file of the path file's size "
+            f"goes into it at **{g('dest_direct_bps'):.2f} Gbit/s with O_DIRECT** (sluice's default) and "
+            f"{g('dest_buffered_bps'):.2f} Gbit/s through the page cache with the final fsync (GridFTP, rsync, scp); "
+            f"into tmpfs at {g('tmpfs_direct_bps'):.2f} and {g('tmpfs_buffered_bps'):.2f} Gbit/s. On this VM the host "
+            "faults in every page the guest touches afresh (freed memory goes back to it at once), so writes into "
+            "fresh memory are the slow part; the ramdisk's memory is written once before the run. iperf3 writes "
+            "nothing. Every row of raw.csv carries the destination's rates (`dest_direct_bps`, `dest_buffered_bps`).",
+            ""]
+
+
 def main(R, rows, wl, notes, runs, meta):
     out = R.OUT
     agg = R.aggregate(rows)
@@ -238,6 +253,7 @@ def main(R, rows, wl, notes, runs, meta):
              f"path runs at {meta.get('fast_path_mbit', '?')} Mbit/s (80 % of it in steps of 0.5 Gbit/s). Every row of "
              "raw.csv carries the ceiling (`forwarder_ceiling_bps`).")
     L.append("")
+    L += destination(meta)
     files = "; ".join(v.get("description", "?") for v in wl.values()) or "?"
     amount = meta.get("iperf_amount") or "3 s each"
     cc = meta.get("gridftp_variants")

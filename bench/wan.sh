@@ -4,7 +4,7 @@
 # every tool on one file per path, tmpfs to tmpfs, default flags, interleaved run by run.
 #
 #   bench/wan.sh [--quick] [--out DIR] [--reps N] [--peer-reps N] [--mtu M] [--only REGEX]
-#                [--sluice BIN] [--sluice-base BIN]
+#                [--sluice BIN] [--sluice-base BIN] [--dest ramdisk|tmpfs]
 #
 #   paths (full): 1 Gbit/s at 10, 50 and 100 ms RTT; the fastest rate the forwarder
 #                 sustains at 50 ms; 0.01 % and 0.1 % random loss at 1 Gbit/s and 50 ms;
@@ -20,11 +20,17 @@
 #                 rsync (daemon), scp
 #   two links     the full run moves a 4 GiB file there (filling both is a steady state)
 #   --mtu M       MTU of the paths (default 1500; 9000 for jumbo frames)
+#   --dest D      where the file goes: ramdisk (default), an ext4 on a loop device over
+#                 memory written once at the start, or tmpfs (/dev/shm). On this VM a
+#                 fresh page of tmpfs is faulted in by the host: a new file goes into
+#                 tmpfs at 0.2-0.4 GB/s, less than two 1 Gbit/s links carry. Every row
+#                 carries the destination's measured write rates (O_DIRECT, page cache)
+#                 and the run measures tmpfs's too.
 #   --only REGEX  only paths whose name matches
 #   --sluice-base BIN  an earlier sluice build, run as tool `sluice-base` interleaved
 #                 with sluice on every path (before/after in the same run)
 #
-# Every row of raw.csv carries the path's RTT, rate and loss and the forwarder's ceiling
+# Every row of raw.csv carries the path's RTT, rate and loss, the destination's write rates and the forwarder's ceiling
 # (iperf3 -P 4 through 1 ms of one-way delay, no rate limit) measured in the same run.
 # Needs root, /dev/net/tun and the peers (run.sh installs them; this script does too).
 set -uo pipefail
@@ -33,7 +39,7 @@ main() {
     BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
     REPO=$(dirname "$BENCH")
     QUICK=0 OUT="" REPS="" PEER_REPS=1 MTU=1500 ONLY_PATHS="" SLUICE_SRC="$REPO/target/release/sluice" NO_INSTALL=0
-    SLUICE_BASE_SRC=""
+    SLUICE_BASE_SRC="" DEST_KIND=ramdisk
     while [ $# -gt 0 ]; do
         case $1 in
             --quick) QUICK=1 ;;
@@ -44,6 +50,7 @@ main() {
             --only) ONLY_PATHS=$2; shift ;;
             --sluice) SLUICE_SRC=$2; shift ;;
             --sluice-base) SLUICE_BASE_SRC=$2; shift ;;
+            --dest) DEST_KIND=$2; shift ;;
             --no-install) NO_INSTALL=1 ;;
             -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
             *) echo "wan.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -51,6 +58,7 @@ main() {
         shift
     done
     case $MTU in '' | *[!0-9]*) echo "wan.sh: --mtu $MTU: a number such as 1500 or 9000" >&2; exit 2 ;; esac
+    case $DEST_KIND in ramdisk | tmpfs) ;; *) echo "wan.sh: --dest $DEST_KIND: ramdisk or tmpfs" >&2; exit 2 ;; esac
     [ "$(id -u)" = 0 ] || { echo "SKIP: wan.sh needs root (namespaces, TUN)" >&2; exit 77; }
     [ -c /dev/net/tun ] || { echo "SKIP: wan.sh needs /dev/net/tun" >&2; exit 77; }
     : "${REPS:=$((QUICK ? 1 : 3))}"
@@ -91,6 +99,7 @@ main() {
         trap - EXIT INT TERM
         stop_all_servers
         wan_ns_destroy
+        wan_dest_destroy
         [ -n "${HOST_ALLOWED_CC-}" ] && sysctl -qw net.ipv4.tcp_allowed_congestion_control="$HOST_ALLOWED_CC"
         rm -rf "$SHM"
     }
@@ -104,6 +113,7 @@ main() {
     wan_ns_create "${WAN_NS_PREFIX:-wan-b}$$" || { log "cannot make namespaces"; exit 1; }
     HOST_CC=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_congestion_control)
     wan_data || exit 1
+    wan_destination || exit 1
     NO_DROP=1  # tmpfs to tmpfs: nothing to drop
     LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -128,11 +138,12 @@ main() {
 
 # Extra columns on every row: the path and the forwarder's ceiling in this run.
 wan_columns() {
-    CSV_COLUMNS="$CSV_COLUMNS,rtt_ms,rate_bps,loss,links,mtu,forwarder_ceiling_bps"
+    CSV_COLUMNS="$CSV_COLUMNS,rtt_ms,rate_bps,loss,links,mtu,forwarder_ceiling_bps,dest,dest_direct_bps,dest_buffered_bps"
     eval "$(declare -f row | sed '1s/^row /_wan_row_base /')"
     row() {
         _wan_row_base "$@" rtt_ms="${W_RTT-}" rate_bps="${W_RATE_BPS-}" loss="${W_LOSS-}" \
-            links="${W_LINKS-}" mtu="$MTU" forwarder_ceiling_bps="${W_CEILING_BPS-}"
+            links="${W_LINKS-}" mtu="$MTU" forwarder_ceiling_bps="${W_CEILING_BPS-}" \
+            dest="$DEST_KIND" dest_direct_bps="${DEST_DIRECT_BPS-}" dest_buffered_bps="${DEST_BUFFERED_BPS-}"
     }
 }
 
@@ -157,17 +168,36 @@ wan_data() {
     WAN_BYTES=$((QUICK ? 512 << 20 : 1 << 30))
     mkdir -p "$DATA/path-big"
     WL_PATH[path-big]=$DATA/path-big/path.bin WL_KIND[path-big]=file
-    WL_DESC[path-big]="1 x $(human_bytes $WAN_BYTES) random, in tmpfs (/dev/shm), to tmpfs"
+    WL_DESC[path-big]="1 x $(human_bytes $WAN_BYTES) random, in tmpfs (/dev/shm), to $(dest_words)"
     log "generating $(human_bytes $WAN_BYTES) in $DATA"
     keystream "${WL_PATH[path-big]}" "$WAN_BYTES" 77 || { log "cannot generate the file"; return 1; }
     echo "1 $WAN_BYTES" >"$DATA/.path-big.stats"
 }
 
+dest_words() { [ "$DEST_KIND" = ramdisk ] && echo "a ramdisk (ext4, loop device over memory written once)" || echo tmpfs; }
+
+# The destination (--dest) and its write rates, with tmpfs's beside them: a fresh file of
+# the path file's size written with O_DIRECT and through the page cache.
+wan_destination() {
+    if [ "$DEST_KIND" = ramdisk ]; then
+        local gib=$((QUICK ? 2 : 6))
+        log "destination: ext4 on a loop device over $gib GiB of memory, written now"
+        wan_dest_ramdisk "$DST" "$gib" || { log "cannot make the ramdisk destination (--dest tmpfs does without)"; return 1; }
+    fi
+    local src=${WL_PATH[path-big]}
+    read -r TMPFS_DIRECT_BPS TMPFS_BUFFERED_BPS <<<"$(wan_dest_ceiling "$RUNTMP" "$WAN_BYTES" "$src")"
+    DEST_DIRECT_BPS=$TMPFS_DIRECT_BPS DEST_BUFFERED_BPS=$TMPFS_BUFFERED_BPS
+    [ "$DEST_KIND" = ramdisk ] && read -r DEST_DIRECT_BPS DEST_BUFFERED_BPS <<<"$(wan_dest_ceiling "$DST" "$WAN_BYTES" "$src")"
+    log "destination $DEST_KIND writes a fresh $(human_bytes "$WAN_BYTES") at $(gbit "$DEST_DIRECT_BPS") Gbit/s with O_DIRECT, $(gbit "$DEST_BUFFERED_BPS") through the page cache (tmpfs: $(gbit "$TMPFS_DIRECT_BPS"), $(gbit "$TMPFS_BUFFERED_BPS"))"
+}
+
+gbit() { awk -v b="${1:-0}" 'BEGIN { printf "%.2f", b / 1e9 }'; }
+
 # The two links' file: 4 GiB, made when that path first runs.
 wan_data_two_links() {
     local bytes=$((4 << 30))
     WL_PATH[path-4g]=$DATA/path-4g/path.bin WL_KIND[path-4g]=file
-    WL_DESC[path-4g]="1 x $(human_bytes $bytes) random, in tmpfs (/dev/shm), to tmpfs (two links)"
+    WL_DESC[path-4g]="1 x $(human_bytes $bytes) random, in tmpfs (/dev/shm), to $(dest_words) (two links)"
     [ -s "$DATA/.path-4g.stats" ] && return 0
     mkdir -p "$DATA/path-4g"
     log "generating $(human_bytes $bytes) for the two links"
@@ -328,6 +358,12 @@ wan_meta() {
     echo "tcp_rmem=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_rmem | tr '\t' ' ')"
     echo "tcp_wmem=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_wmem | tr '\t' ' ')"
     echo "forwarder_ceiling_bps=$W_CEILING_BPS"
+    echo "dest=$DEST_KIND"
+    echo "dest_description=$(dest_words)"
+    echo "dest_direct_bps=$DEST_DIRECT_BPS"
+    echo "dest_buffered_bps=$DEST_BUFFERED_BPS"
+    echo "tmpfs_direct_bps=$TMPFS_DIRECT_BPS"
+    echo "tmpfs_buffered_bps=$TMPFS_BUFFERED_BPS"
     echo "forwarder_ceiling_cpu_s=$CEILING_CPU"
     echo "forwarder_ceiling_50ms_bps=$CEILING50_BPS"
     echo "fast_path_mbit=$FAST_MBIT"

@@ -10,6 +10,10 @@
 #                          starts the forwarder (WAN_PID) and waits until it is ready
 # wan_down                 stops it; WAN_STATS holds its counters (a JSON line)
 # wan_ns_destroy           deletes the namespaces (call it from a trap)
+# wan_dest_ramdisk DIR GIB mounts on DIR an ext4 on a loop device over memory written
+#                          once beforehand (WAN_IMG_MNT, WAN_IMG_LOOP); wan_dest_destroy
+# wan_dest_ceiling DIR BYTES SRC  prints "DIRECT_BPS BUFFERED_BPS": a fresh file of BYTES
+#                          written into DIR with O_DIRECT, then through the page cache
 
 WAN_NS_A="" WAN_NS_B="" WAN_PID="" WAN_STATS="" WAN_LOG="" WAN_READY=""
 WAN_SUBNET=${WAN_SUBNET:-10.44}
@@ -37,6 +41,55 @@ wan_ns_destroy() {
         [ -d "/etc/netns/$ns" ] && rm -rf "/etc/netns/${ns:?}"
     done
     WAN_NS_A="" WAN_NS_B=""
+}
+
+# The destination that keeps up. On this VM every page of memory the guest touches
+# afresh is faulted in by the host (freed memory goes back to it at once: free page
+# reporting), so a fresh file written into tmpfs moves at 0.2-0.4 GB/s with one writer,
+# less than two 1 Gbit/s links need; memory already touched writes at 2-3 GB/s. A DTN's
+# NVMe array is not that slow, so the paths' destination is an ext4 on a loop device
+# whose backing memory (a file in a tmpfs of its own) is written once here, never
+# discarded (nodiscard): O_DIRECT writes land in pages that are already there. Writes
+# through the page cache still take fresh pages; wan_dest_ceiling measures both.
+WAN_IMG_MNT="" WAN_IMG_LOOP="" WAN_DEST_MNT=""
+wan_dest_ramdisk() {
+    local dir=$1 gib=$2
+    WAN_IMG_MNT=$(mktemp -d /tmp/sluice-wan-img.XXXXXX) || return 1
+    mount -t tmpfs -o "size=$((gib * 1024 + 64))m" tmpfs "$WAN_IMG_MNT" || { rmdir "$WAN_IMG_MNT"; WAN_IMG_MNT=""; return 1; }
+    # written, not truncated: every page of the image is touched now, not during a run
+    dd if=/dev/zero of="$WAN_IMG_MNT/img" bs=4M count=$((gib * 256)) status=none &&
+        WAN_IMG_LOOP=$(losetup --find --show "$WAN_IMG_MNT/img") &&
+        mkfs.ext4 -q -F -E nodiscard,lazy_itable_init=0,lazy_journal_init=0 "$WAN_IMG_LOOP" &&
+        mkdir -p "$dir" && mount -o nodiscard,noatime "$WAN_IMG_LOOP" "$dir" && WAN_DEST_MNT=$dir && return 0
+    wan_dest_destroy
+    return 1
+}
+
+wan_dest_destroy() {
+    [ -n "$WAN_DEST_MNT" ] && { umount "$WAN_DEST_MNT" 2>/dev/null || umount -l "$WAN_DEST_MNT" 2>/dev/null; }
+    [ -n "$WAN_IMG_LOOP" ] && losetup -d "$WAN_IMG_LOOP" 2>/dev/null
+    [ -n "$WAN_IMG_MNT" ] && umount "$WAN_IMG_MNT" 2>/dev/null && rmdir "$WAN_IMG_MNT"
+    WAN_DEST_MNT="" WAN_IMG_LOOP="" WAN_IMG_MNT=""
+}
+
+# wan_dest_ceiling DIR BYTES SRC: how fast a fresh file of BYTES (copied from SRC) goes
+# into DIR, bits/s: with O_DIRECT (sluice's default), then through the page cache with
+# the final fsync (rsync, scp, GridFTP); the file is removed after each.
+wan_dest_ceiling() {
+    local dir=$1 bytes=$2 src=$3 f out="" t0 t1 flag
+    f=$dir/.ceiling.$$
+    for flag in oflag=direct conv=fsync; do
+        sleep 3  # the pages a write just freed are not the host's again at once
+        t0=$EPOCHREALTIME
+        if dd if="$src" of="$f" bs=4M count=$((bytes >> 22)) "$flag" status=none 2>/dev/null; then
+            t1=$EPOCHREALTIME
+            out="$out $(awk -v b="$bytes" -v s="$t0" -v e="$t1" 'BEGIN { printf "%.0f", b * 8 / (e - s) }')"
+        else
+            out="$out 0"
+        fi
+        rm -f "$f"
+    done
+    echo "${out# }"
 }
 
 # wan_up DELAY_MS RATE LOSS LINKS MTU [QUEUE_MS]: RATE none or e.g. 1gbit; LOSS a fraction.
