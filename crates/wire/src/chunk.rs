@@ -24,7 +24,9 @@ use crate::codec::{
 };
 use crate::error::DecodeError;
 use crate::frame::Compression;
-use crate::integrity::{chunk_checksum, chunk_count, chunk_range, is_valid_chunk_bytes};
+use crate::integrity::{
+    chunk_checksum, chunk_checksum_parts, chunk_count, chunk_range, is_valid_chunk_bytes,
+};
 use crate::limits::{
     CHUNK_FIXED_BODY_BYTES, CHUNK_HEADER_BYTES, FRAME_HEADER_BYTES, MAX_CHUNK_BYTES,
     MAX_PACK_SEGMENTS, SEGMENT_BYTES,
@@ -99,7 +101,26 @@ pub struct Chunk {
 impl ChunkHeader {
     /// The header of an uncompressed, unpacked chunk of `raw`, checksum computed.
     pub fn plain(file_id: u64, offset: u64, raw: &[u8], last: bool) -> ChunkHeader {
-        let raw_len = u32::try_from(raw.len()).unwrap_or(u32::MAX);
+        ChunkHeader::plain_checked(file_id, offset, raw.len(), chunk_checksum(raw), last)
+    }
+
+    /// [`Self::plain`] of the concatenation of `parts` (a record's head in a slot and
+    /// its payload elsewhere), checksummed in one streaming pass without joining them:
+    /// the header is the one [`Self::plain`] makes of the same bytes.
+    pub fn plain_parts(file_id: u64, offset: u64, parts: &[&[u8]], last: bool) -> ChunkHeader {
+        let len = parts.iter().map(|p| p.len()).sum();
+        ChunkHeader::plain_checked(file_id, offset, len, chunk_checksum_parts(parts), last)
+    }
+
+    /// A plain header of `len` raw bytes whose checksum is `checksum`.
+    fn plain_checked(
+        file_id: u64,
+        offset: u64,
+        len: usize,
+        checksum: u64,
+        last: bool,
+    ) -> ChunkHeader {
+        let raw_len = u32::try_from(len).unwrap_or(u32::MAX);
         let mut flags = ChunkFlags::EMPTY;
         flags.set(ChunkFlags::LAST, last);
         ChunkHeader {
@@ -108,7 +129,7 @@ impl ChunkHeader {
             raw_len,
             wire_len: raw_len,
             flags,
-            checksum: chunk_checksum(raw),
+            checksum,
             segments: 0,
         }
     }
@@ -506,6 +527,19 @@ impl Codec for Chunk {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_header_in_parts_is_the_plain_header_of_the_whole() {
+        let raw: Vec<u8> = (0..5000u32).map(|i| (i % 253).to_le_bytes()[0]).collect();
+        let whole = ChunkHeader::plain(1, 4096, &raw, true);
+        let (head, tail) = raw.split_at(104);
+        assert_eq!(
+            ChunkHeader::plain_parts(1, 4096, &[head, tail], true),
+            whole
+        );
+        assert_eq!(ChunkHeader::plain_parts(1, 4096, &[&[], &raw], true), whole);
+        assert!(whole.verify(&raw));
+    }
 
     #[test]
     fn header_is_42_bytes_and_payload_untouched() {

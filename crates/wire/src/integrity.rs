@@ -8,7 +8,7 @@
 //!   its chunks, so it can be computed while chunks arrive in any order, without reading
 //!   the file again, in 8 bytes of memory a chunk.
 
-use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+use xxhash_rust::xxh3::{xxh3_64, Xxh3, Xxh3Default};
 
 use crate::limits::{MAX_CHUNK_BYTES, MAX_FILE_CHUNKS, MIN_CHUNK_BYTES};
 
@@ -21,6 +21,22 @@ use crate::limits::{MAX_CHUNK_BYTES, MAX_FILE_CHUNKS, MIN_CHUNK_BYTES};
 /// ```
 pub fn chunk_checksum(data: &[u8]) -> u64 {
     xxh3_64(data)
+}
+
+/// [`chunk_checksum`] of the concatenation of `parts`, hashed in one streaming pass
+/// without joining them (a record whose head is in a slot and whose payload is in the
+/// caller's memory): the same value for the same bytes however they are split.
+///
+/// ```
+/// let c = sluice_wire::chunk_checksum_parts(&[b"hel", b"lo"]);
+/// assert_eq!(c, sluice_wire::chunk_checksum(b"hello"));
+/// ```
+pub fn chunk_checksum_parts(parts: &[&[u8]]) -> u64 {
+    let mut h = Xxh3Default::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.digest()
 }
 
 /// Whether `chunk_bytes` is a valid session chunk size: a power of two in
@@ -248,6 +264,23 @@ mod tests {
         assert!(!is_valid_chunk_bytes(3 << 20));
         assert!(!is_valid_chunk_bytes(MAX_CHUNK_BYTES * 2));
         assert!(!is_valid_chunk_bytes(0));
+    }
+
+    #[test]
+    fn a_checksum_in_parts_is_the_checksum_of_the_whole() {
+        // Around xxh3's short-input (16, 128, 240 bytes) and stripe/block boundaries.
+        let data: Vec<u8> = (0..70_000u32)
+            .map(|i| (i * 7 + i / 251).to_le_bytes()[0])
+            .collect();
+        for len in [0, 1, 16, 17, 128, 129, 240, 241, 1024, 1025, 65_536, 70_000] {
+            let whole = chunk_checksum(&data[..len]);
+            for cut in [0, 1, len / 3, len / 2, len.saturating_sub(1), len] {
+                let (a, b) = data[..len].split_at(cut.min(len));
+                assert_eq!(chunk_checksum_parts(&[a, b]), whole, "len {len} cut {cut}");
+            }
+            assert_eq!(chunk_checksum_parts(&[&data[..len]]), whole);
+        }
+        assert_ne!(chunk_checksum_parts(&[b"ab", b"c"]), chunk_checksum(b"abd"));
     }
 
     #[test]

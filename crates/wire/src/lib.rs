@@ -55,8 +55,8 @@ pub use handshake::{
     ServerHandshake,
 };
 pub use integrity::{
-    chunk_checksum, chunk_count, chunk_index, chunk_range, is_valid_chunk_bytes, DigestError,
-    FileDigest,
+    chunk_checksum, chunk_checksum_parts, chunk_count, chunk_index, chunk_range,
+    is_valid_chunk_bytes, DigestError, FileDigest,
 };
 pub use join::{ClientJoin, JoinError, JoinTable};
 pub use limits::*;
