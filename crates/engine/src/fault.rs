@@ -45,19 +45,29 @@ pub(crate) fn corrupt_if_chosen(payload: &mut [u8]) {
     }
 }
 
-/// Sends `payload` with `send`, corrupted on the way if it is the chosen chunk: the byte
-/// is flipped back afterwards, as if the damage happened on the wire, so that a stream
-/// source can send the record again from the same slot.
+/// Sends a payload of two parts, `head` (in a slot) then `tail` (a caller's pinned
+/// bytes, never written), with `send`, corrupted on the way if it is the chosen chunk:
+/// the head's first byte is flipped, and back afterwards, as if the damage happened on
+/// the wire, so that a stream source can send the record again from the same slot; a
+/// record with no head goes as a damaged copy of `tail`.
 #[cfg(feature = "fault-injection")]
-pub(crate) fn send_maybe_corrupted<T>(payload: &mut [u8], send: impl FnOnce(&[u8]) -> T) -> T {
-    let hit = !payload.is_empty() && injected::this_one();
-    if hit {
-        payload[0] ^= injected::FLIP;
+pub(crate) fn send_parts_maybe_corrupted<T>(
+    head: &mut [u8],
+    tail: &[u8],
+    send: impl FnOnce(&[u8], &[u8]) -> T,
+) -> T {
+    let hit = !(head.is_empty() && tail.is_empty()) && injected::this_one();
+    if !hit {
+        return send(head, tail);
     }
-    let result = send(payload);
-    if hit {
-        payload[0] ^= injected::FLIP;
+    if head.is_empty() {
+        let mut damaged = tail.to_vec();
+        damaged[0] ^= injected::FLIP;
+        return send(head, &damaged);
     }
+    head[0] ^= injected::FLIP;
+    let result = send(head, tail);
+    head[0] ^= injected::FLIP;
     result
 }
 
@@ -88,9 +98,13 @@ pub(crate) fn corrupt_if_chosen(payload: &mut [u8]) {
     let _ = payload;
 }
 
-/// Without `fault-injection`: sends `payload` unchanged.
+/// Without `fault-injection`: sends both parts unchanged.
 #[cfg(not(feature = "fault-injection"))]
 #[inline]
-pub(crate) fn send_maybe_corrupted<T>(payload: &mut [u8], send: impl FnOnce(&[u8]) -> T) -> T {
-    send(payload)
+pub(crate) fn send_parts_maybe_corrupted<T>(
+    head: &mut [u8],
+    tail: &[u8],
+    send: impl FnOnce(&[u8], &[u8]) -> T,
+) -> T {
+    send(head, tail)
 }

@@ -315,10 +315,31 @@ impl ChunkSender {
         segments: &[Segment],
         payload: &[u8],
     ) -> Result<(), EngineError> {
+        self.send_parts(header, segments, payload, &[])
+    }
+
+    /// [`Self::send`] of a payload in two parts, `payload` then `more` (a record's
+    /// head in its slot, then bytes pinned in the caller's memory), in the same
+    /// vectored writes: the peer sees one payload, and neither part is copied in user
+    /// space.
+    ///
+    /// # Errors
+    /// The socket write failed.
+    pub fn send_parts(
+        &mut self,
+        header: &ChunkHeader,
+        segments: &[Segment],
+        payload: &[u8],
+        more: &[u8],
+    ) -> Result<(), EngineError> {
         self.head.clear();
         header.encode(&mut self.head);
         Segment::encode_table(segments, &mut self.head);
-        let mut slices = [IoSlice::new(&self.head), IoSlice::new(payload)];
+        let mut slices = [
+            IoSlice::new(&self.head),
+            IoSlice::new(payload),
+            IoSlice::new(more),
+        ];
         let mut bufs: &mut [IoSlice<'_>] = &mut slices;
         while !bufs.is_empty() {
             match self.stream.write_vectored(bufs) {

@@ -28,14 +28,18 @@
 //! * `recv.rs`: [`receive_to`]'s writer and the connections' receive loops;
 //! * `accept.rs`: the receiver's handshake, `Open` and joins;
 //! * `lend.rs`: lending received records' slots to the caller within the pools' spare
-//!   slots, so that a caller keeping records never stalls the stream.
+//!   slots, so that a caller keeping records never stalls the stream;
+//! * `pinned.rs`: records sent from the caller's memory without a copy
+//!   ([`StreamSender::push_pinned`]), kept (pinned) until acknowledged.
 
 mod accept;
 mod lend;
+mod pinned;
 mod recv;
 mod send;
 
 pub use lend::{spare_slots, LentSlot, Loans};
+pub use pinned::{PinnedBytes, PinnedRange};
 pub use recv::{receive_to, Polled, StreamReceiver};
 pub use sluice_session::stream::MAX_RESENDS;
 
@@ -103,13 +107,23 @@ pub struct StreamSummary {
     pub seconds: f64,
 }
 
-/// A record on its way out: the slot holds `raw_len` bytes of the stream.
+/// A record on its way out: the slot holds its bytes, or its head where `pinned`
+/// follows.
 struct Record {
     offset: u64,
     last: bool,
     slot: Slot,
+    /// The rest of the record's bytes, sent from the caller's memory (never compressed).
+    pinned: Option<PinnedRange>,
     /// The elements the record is made of, for the bit-shuffle.
     shuffle: Option<ElementSize>,
+}
+
+impl Record {
+    /// The record's bytes in the stream.
+    fn raw_len(&self) -> usize {
+        self.slot.filled() + self.pinned.as_ref().map_or(0, PinnedRange::len)
+    }
 }
 
 /// What one connection's sender sent: payload and wire bytes, records sent again.
@@ -137,6 +151,9 @@ pub struct StreamSender {
     record_bytes: u32,
     /// The element size of records pushed without one ([`StreamOptions::shuffle`]).
     shuffle: Option<ElementSize>,
+    /// Whether records go as they are (the codec's mode is none): pinned bytes are then
+    /// sent from where they are.
+    sends_raw: bool,
 }
 
 impl std::fmt::Debug for StreamSender {
@@ -254,7 +271,14 @@ impl StreamSender {
             started: std::time::Instant::now(),
             record_bytes: opts.record_bytes,
             shuffle: opts.shuffle,
+            sends_raw: codec.mode == CompressMode::None,
         })
+    }
+
+    /// Whether the stream sends records as they are (it does not compress): then
+    /// [`Self::push_pinned`] sends pinned bytes without a copy.
+    pub fn sends_raw(&self) -> bool {
+        self.sends_raw
     }
 
     /// Sends one record produced by `fill`, which writes up to `record_bytes` bytes into
@@ -285,6 +309,51 @@ impl StreamSender {
         last: bool,
         fill: impl FnOnce(&mut [u8]) -> usize,
     ) -> Result<(), EngineError> {
+        let (conn, mut slot) = self.next_slot()?;
+        let rb = self.record_bytes as usize;
+        let n = fill(&mut slot[..rb]).min(rb);
+        slot.set_filled(n);
+        self.enqueue(conn, slot, None, elem, last)
+    }
+
+    /// Sends one record without copying `tail`: `head` writes up to `record_bytes`
+    /// less `tail`'s length into the slot it is given and returns how many (0: the
+    /// record is `tail` alone), and the net-send thread sends those bytes and then
+    /// `tail` from the caller's memory, in one vectored write, checksummed together as
+    /// one record. The record (and so its share of `tail`'s owner) is kept until the
+    /// receiver acknowledges it, resent from the same memory if it arrives damaged,
+    /// then dropped; its owner is dropped when the stream ends or fails, at the latest.
+    /// Where the stream compresses ([`Self::sends_raw`] is false) `tail` is copied into
+    /// the slot after the head and let go at once, as [`Self::push_elements_with`]
+    /// would (the codec reads the record from its slot). Each record holds a slot as
+    /// any other, so this blocks while the pool's slots are all in flight: what is
+    /// pinned is bounded by the pool. `elem`: as for [`Self::push_elements_with`].
+    ///
+    /// # Errors
+    /// [`EngineError::Config`] for a `tail` longer than a record; the receiver went
+    /// away.
+    pub fn push_pinned(
+        &mut self,
+        elem: Option<ElementSize>,
+        last: bool,
+        head: impl FnOnce(&mut [u8]) -> usize,
+        tail: PinnedRange,
+    ) -> Result<(), EngineError> {
+        let rb = self.record_bytes as usize;
+        if tail.len() > rb {
+            return Err(EngineError::Config(format!(
+                "{} pinned bytes do not fit a {rb}-byte record",
+                tail.len()
+            )));
+        }
+        let (conn, mut slot) = self.next_slot()?;
+        let pinned = pinned::compose(&mut slot, rb, head, tail, !self.sends_raw);
+        self.enqueue(conn, slot, pinned, elem, last)
+    }
+
+    /// The connection of the next record and a slot of its pool (blocks while the pool
+    /// has none free: the records in flight hold them).
+    fn next_slot(&self) -> Result<(usize, Slot), EngineError> {
         let conn = self.order.next_connection();
         if conn >= self.queues.len() {
             return Err(EngineError::Aborted("the stream has already failed".into()));
@@ -292,23 +361,33 @@ impl StreamSender {
         let (_, pool) = self
             .runtime
             .pool_for(Role::NetSend, u32::try_from(conn).unwrap_or(0));
-        let mut slot = pool.acquire();
-        let rb = self.record_bytes as usize;
-        let n = fill(&mut slot[..rb]).min(rb);
-        slot.set_filled(n);
+        Ok((conn, pool.acquire()))
+    }
+
+    /// Queues the next record (`slot`'s bytes, then `pinned`'s) on `conn`.
+    fn enqueue(
+        &mut self,
+        conn: usize,
+        slot: Slot,
+        pinned: Option<PinnedRange>,
+        elem: Option<ElementSize>,
+        last: bool,
+    ) -> Result<(), EngineError> {
         let offset = self.order.next_offset();
         if let Some(r) = &self.routes {
             lock(r)
                 .route(offset, conn)
                 .map_err(|e| EngineError::Aborted(e.to_string()))?;
         }
-        self.order.pushed(n as u64);
         let record = Record {
             offset,
             last,
             slot,
+            pinned,
             shuffle: elem,
         };
+        debug_assert!(record.raw_len() <= self.record_bytes as usize);
+        self.order.pushed(record.raw_len() as u64);
         if self.queues[conn].send(record).is_err() {
             return Err(self.failure());
         }
