@@ -17,6 +17,11 @@ Streaming (a detector's frames to a reconstruction)::
             tx.send(frame, meta={"angle": angle})   # blocks while the consumer is slower
         tx.end_series()
 
+Without compression ``send`` does not copy the array: it is sent from its own memory
+and held until the receiver acknowledges it, so it must not be written meanwhile
+(``tx.flush()`` waits for that; ``tx.send(frame, copy=True)`` copies, for a caller that
+refills one array). See :class:`Sender`.
+
 Nothing is dropped: a consumer that falls behind fills the bounded queues, TCP's window
 closes and ``send`` waits (with the GIL released). Every record is checksummed, sent
 again if damaged, and acknowledged; ``close`` returns once the receiver has every frame.
@@ -161,9 +166,29 @@ class Sender:
         encrypt: ``"auto"`` (TLS 1.3 unless the receiver is on loopback), ``"always"``,
             ``"never"``; ``ca``, ``known_hosts``, ``strict_host_key``: whom to trust.
 
-    Each ``send`` copies the array once, with the GIL released, into a NUMA-local slot
-    that stays until the receiver acknowledges it; it blocks while the receiver is
-    slower, so nothing is ever dropped. Use it as a context manager: leaving the block
+    Arrays without a copy: where the stream does not compress (``compress="none"``,
+    or ``"auto"`` toward this very host; see :attr:`zero_copy`), ``send`` does not copy
+    the array. Its records point into the array's own memory, from which they are sent
+    (and sent again if one arrives damaged), and the sender holds a reference to the
+    array and its exported buffer until the receiver has acknowledged all of it. **Until
+    then the caller must not write into the array** (nor resize the object behind it):
+    the receiver would get the new bytes, or a record that fails its checksum every
+    time it is sent, and the stream would fail. Immutable objects (``bytes``) and a
+    fresh array per frame need no care. To reuse one array, call :meth:`flush` (it
+    returns once every array sent is released) before writing into it again, or send
+    with ``copy=True``. A non-contiguous array is made contiguous first, and that copy
+    is what is held.
+
+    Otherwise (a compressing stream, or ``copy=True``) each ``send`` copies the array
+    once, with the GIL released, into a NUMA-local slot that stays until the receiver
+    acknowledges it, and the array is the caller's again when ``send`` returns.
+
+    Either way ``send`` blocks while the receiver is slower, so nothing is ever
+    dropped, and what is held is bounded: every record in flight holds one of the
+    sender's buffer slots (``buffer_mem``), so the arrays held at once are those of at
+    most that many records. Arrays acknowledged are released at the next ``send``,
+    :meth:`flush`, :meth:`close` or :meth:`abort` (on the caller's thread: the sender's
+    own threads never take the GIL). Use it as a context manager: leaving the block
     normally closes the stream (waiting for the receiver), leaving it by an exception
     abandons it (the receiver raises).
     """
@@ -186,14 +211,38 @@ class Sender:
         self._aborted = False
         self.summary: Optional[dict[str, Any]] = None
 
-    def send(self, array: Any, meta: Optional[dict[str, Any]] = None) -> int:
+    def send(self, array: Any, meta: Optional[dict[str, Any]] = None, *,
+             copy: bool = False) -> int:
         """Sends one array (any object with the buffer protocol: numpy arrays, bytes,
         memoryviews) with ``meta`` (a JSON-serialisable dict); returns its frame id.
-        Blocks while the receiver is slower."""
+        Blocks while the receiver is slower.
+
+        Where :attr:`zero_copy` and not ``copy``, the array is sent from its own
+        memory and held until the receiver has acknowledged it: do not write into it
+        until then (:meth:`flush` waits for that). ``copy=True`` copies it into the
+        sender's buffers instead, so that it may be written again as soon as ``send``
+        returns."""
         view, dtype, shape = _as_bytes_view(array)
         info = self._info({"dtype": dtype.str, "shape": shape, "meta": meta or {}})
         elem = _elem_bytes(self._shuffle, dtype, _is_typed(array))
-        return self._raw.send(_FRAME, self._in_series or 0, info, view, elem)
+        return self._raw.send(_FRAME, self._in_series or 0, info, view, elem, copy)
+
+    def flush(self) -> None:
+        """Waits until the receiver has acknowledged every array sent without a copy,
+        and releases them: the caller may write into them again. Arrays copied need no
+        flush."""
+        self._raw.flush()
+
+    @property
+    def zero_copy(self) -> bool:
+        """Whether ``send`` sends arrays from their own memory, without a copy (the
+        stream does not compress), unless told ``copy=True``."""
+        return self._raw.zero_copy
+
+    @property
+    def arrays_held(self) -> int:
+        """Arrays sent without a copy that the receiver has not acknowledged yet."""
+        return self._raw.pinned
 
     def begin_series(self, meta: Optional[dict[str, Any]] = None) -> int:
         """Starts a series of frames (a scan); returns its number (1, 2, ...). The
@@ -215,13 +264,15 @@ class Sender:
     def close(self) -> dict[str, Any]:
         """Ends the stream and waits until the receiver has every frame; returns the
         summary (``bytes``, ``wire_bytes``, ``records``, ``records_resent``,
-        ``seconds``)."""
+        ``seconds``). Every array held is released."""
         if self.summary is None:
             self.summary = json.loads(self._raw.close())
         return self.summary
 
     def abort(self) -> None:
-        """Abandons the stream: the receiver raises rather than see it end."""
+        """Abandons the stream: the receiver raises rather than see it end. Arrays
+        still held are released as the receiver acknowledges them or the connections
+        close (:meth:`flush` waits for that)."""
         self._aborted = True
         self._raw.abort()
 

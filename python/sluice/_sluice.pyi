@@ -30,17 +30,34 @@ class RawSender:
         strict_host_key: bool = False,
     ) -> None: ...
     def send(
-        self, kind: int, series: int, info: bytes, payload: Any = None, elem_bytes: int = 0
+        self,
+        kind: int,
+        series: int,
+        info: bytes,
+        payload: Any = None,
+        elem_bytes: int = 0,
+        copy: bool = False,
     ) -> int:
         """Sends one message (kind 0 frame, 1 series start, 2 series end) with its
         JSON info and a C-contiguous byte buffer; returns the frame id. ``elem_bytes``
         (1, 2, 4 or 8; 0: none): the payload's element size, as which its records are
         bit-shuffled before they are compressed (where the stream compresses and the
-        receiver un-shuffles). Blocks, the GIL released, while the receiver is slower."""
+        receiver un-shuffles). Blocks, the GIL released, while the receiver is slower.
+        Where ``zero_copy`` and not ``copy``, the payload is not copied: its buffer is
+        held (pinned) until the receiver has acknowledged it."""
+    def flush(self) -> None:
+        """Waits until no payload is pinned, and releases the pinned buffers."""
     def close(self) -> str:
-        """Ends the stream, waits for the receiver: the summary as JSON."""
+        """Ends the stream, waits for the receiver: the summary as JSON. Every pinned
+        buffer is released."""
     def abort(self) -> None:
         """Abandons the stream without its end."""
+    @property
+    def zero_copy(self) -> bool:
+        """Whether payloads go pinned, without a copy (the stream does not compress)."""
+    @property
+    def pinned(self) -> int:
+        """Payloads pinned now, not yet acknowledged."""
 
 class RawReceiver:
     """The receiving end of a stream of messages (see ``sluice.Receiver``)."""

@@ -3,6 +3,7 @@
 //! their meta into the messages [`frame`] lays out, and `copy` takes keyword options.
 //!
 //! * [`sender`] and [`receiver`]: a stream of messages over the engine's stream API;
+//! * [`pinned`]: payloads sent without a copy, their buffers held until acknowledged;
 //! * [`view`]: a received payload lent in its slot, for arrays without a copy;
 //! * [`copy`]: files and trees through `sluice_engine::client::copy`, with progress;
 //! * [`options`]: plans, secrets and TLS from the caller's options;
@@ -12,6 +13,7 @@ pub mod copy;
 pub mod errors;
 pub mod frame;
 pub mod options;
+pub mod pinned;
 pub mod receiver;
 pub mod sender;
 pub mod view;

@@ -1,19 +1,25 @@
-//! `_sluice.RawSender`: the engine's [`StreamSender`] for Python. Each message is
-//! copied once, with the GIL released, from the caller's buffer into the NUMA-local
-//! slots that the net-send threads compress and send and keep until the receiver
-//! acknowledges them; `send` blocks while the receiver is slower (back-pressure).
+//! `_sluice.RawSender`: the engine's [`StreamSender`] for Python. Where the stream does
+//! not compress, a message's payload is not copied: its buffer is pinned ([`Pins`]) and
+//! the records point into it (`StreamSender::push_pinned`), their slots holding only
+//! the message's head, until the receiver acknowledges them. Otherwise (or with
+//! `copy=True`) it is copied once, with the GIL released, from the caller's buffer into
+//! the NUMA-local slots that the net-send threads compress and send and keep until the
+//! receiver acknowledges them. `send` blocks while the receiver is slower
+//! (back-pressure), pinned or not: every record in flight holds a slot.
 
 use crate::errors::{engine, usage};
 use crate::frame::{padded_info_bytes, Header, Kind, FIXED_BYTES, INFO_BYTES_MAX};
 use crate::options::{client_tls, size_arg, token_arg, JobSpec, Side};
+use crate::pinned::Pins;
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use sluice_engine::codec::Planner;
-use sluice_engine::stream::{StreamOptions, StreamSender};
+use sluice_engine::stream::{PinnedBytes, PinnedRange, StreamOptions, StreamSender};
 use sluice_engine::{CompressMode, EngineError};
 use sluice_wire::ElementSize;
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 /// A sender's state: the engine's sender until the stream is closed or abandoned, and
 /// the next frame's number.
@@ -27,6 +33,10 @@ struct State {
 pub struct RawSender {
     state: Mutex<State>,
     record_bytes: usize,
+    /// Whether the stream sends records as they are, so payloads can go pinned.
+    sends_raw: bool,
+    /// The payloads pinned in flight, and those let go, to release with the GIL.
+    pins: Arc<Pins>,
 }
 
 /// `sluice://HOST:PORT` or `HOST:PORT`: the address to dial.
@@ -83,11 +93,13 @@ impl RawSender {
             .detach(|| StreamSender::connect(&addr, &opts, runtime))
             .map_err(engine)?;
         Ok(RawSender {
+            sends_raw: sender.sends_raw(),
             state: Mutex::new(State {
                 sender: Some(sender),
                 next_frame: 0,
             }),
             record_bytes,
+            pins: Arc::default(),
         })
     }
 
@@ -96,8 +108,11 @@ impl RawSender {
     /// (for the other kinds, the next frame's). `elem_bytes` (1, 2, 4 or 8; 0: none)
     /// is the size of the payload's elements: its records are bit-shuffled as such
     /// before they are compressed, where the stream compresses and the receiver
-    /// un-shuffles. Blocks, with the GIL released, while the receiver is slower.
-    #[pyo3(signature = (kind, series, info, payload=None, elem_bytes=0))]
+    /// un-shuffles. Blocks, with the GIL released, while the receiver is slower. Where
+    /// the stream does not compress (`zero_copy`) and not `copy`, a payload is not
+    /// copied: it is pinned, the buffer held, until the receiver has acknowledged it.
+    #[pyo3(signature = (kind, series, info, payload=None, elem_bytes=0, copy=false))]
+    #[allow(clippy::too_many_arguments)]
     fn send(
         &self,
         py: Python<'_>,
@@ -106,7 +121,9 @@ impl RawSender {
         info: &[u8],
         payload: Option<PyBuffer<u8>>,
         elem_bytes: usize,
+        copy: bool,
     ) -> PyResult<u64> {
+        self.pins.release(py);
         let kind = match Kind::from_u8(kind) {
             Some(k) if k != Kind::End => k,
             _ => return Err(usage(format!("message kind {kind} cannot be sent"))),
@@ -126,6 +143,15 @@ impl RawSender {
             }
         }
         self.check_info(info)?;
+        let pin = self.sends_raw && !copy && payload.as_ref().is_some_and(|p| p.len_bytes() > 0);
+        let payload = match payload {
+            Some(p) if pin => {
+                let owner = self.pins.pin(p);
+                let pinned = Payload::Pinned(owner);
+                return py.detach(|| self.message(kind, series, info, pinned, elem, false));
+            }
+            other => other,
+        };
         let payload = payload.as_ref();
         py.detach(|| {
             // SAFETY: the buffer stays exported (and its memory valid) while `payload`
@@ -133,25 +159,54 @@ impl RawSender {
             let bytes = payload.map_or(&[][..], |p| unsafe {
                 std::slice::from_raw_parts(p.buf_ptr().cast::<u8>(), p.len_bytes())
             });
-            self.message(kind, series, info, bytes, elem, false)
+            self.message(kind, series, info, Payload::Copied(bytes), elem, false)
         })
+    }
+
+    /// Waits until the receiver has acknowledged every payload sent without a copy,
+    /// and releases their buffers (the GIL released while it waits; signals such as
+    /// Ctrl-C interrupt it).
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        while !py.detach(|| self.pins.wait_none_held(Duration::from_millis(100))) {
+            py.check_signals()?;
+        }
+        self.pins.release(py);
+        Ok(())
     }
 
     /// Ends the stream and waits until the receiver has every message: the summary as
-    /// JSON.
+    /// JSON. Every pinned buffer is released.
     fn close(&self, py: Python<'_>) -> PyResult<String> {
-        py.detach(|| {
-            self.message(Kind::End, 0, b"{}", &[], None, true)?;
+        let summary = py.detach(|| {
+            self.message(Kind::End, 0, b"{}", Payload::Copied(&[]), None, true)?;
             let sender = lock(&self.state).sender.take();
             let sender = sender.ok_or_else(closed)?;
+            // It joins the net-send threads, which let go of every record.
             let summary = sender.finish().map_err(engine)?;
             Ok(serde_json::to_string(&summary).unwrap_or_default())
-        })
+        });
+        self.pins.release(py);
+        summary
     }
 
-    /// Abandons the stream without its end: the receiver reports it broken.
+    /// Abandons the stream without its end: the receiver reports it broken. Buffers
+    /// still pinned are released as the receiver acknowledges them or the connections
+    /// close (at the next `flush`).
     fn abort(&self, py: Python<'_>) {
         py.detach(|| drop(lock(&self.state).sender.take()));
+        self.pins.release(py);
+    }
+
+    /// Whether payloads go without a copy: the stream does not compress.
+    #[getter]
+    fn zero_copy(&self) -> bool {
+        self.sends_raw
+    }
+
+    /// Payloads pinned now, not yet acknowledged.
+    #[getter]
+    fn pinned(&self) -> usize {
+        self.pins.held()
     }
 
     /// Bytes per record (the slot size): a message larger than this spans records.
@@ -181,7 +236,7 @@ impl RawSender {
         kind: Kind,
         series: u64,
         info: &[u8],
-        payload: &[u8],
+        payload: Payload<'_>,
         elem: Option<ElementSize>,
         last: bool,
     ) -> PyResult<u64> {
@@ -192,7 +247,7 @@ impl RawSender {
             kind,
             frame_id,
             series,
-            payload_bytes: payload.len() as u64,
+            payload_bytes: payload.bytes().len() as u64,
             info_bytes: u32::try_from(padded).map_err(|_| usage("meta is too large"))?,
         };
         // Records after the first continue the payload: they start at an element only
@@ -202,14 +257,36 @@ impl RawSender {
         let message = Message {
             header: &header,
             info,
-            payload,
+            payload: payload.bytes(),
             elem,
         };
-        push_message(sender, self.record_bytes, &message, last).map_err(engine)?;
+        match &payload {
+            Payload::Copied(_) => push_message(sender, self.record_bytes, &message, last),
+            Payload::Pinned(owner) => {
+                push_pinned_message(sender, self.record_bytes, &message, owner, last)
+            }
+        }
+        .map_err(engine)?;
         if kind == Kind::Frame {
             state.next_frame += 1;
         }
         Ok(frame_id)
+    }
+}
+
+/// A message's payload: borrowed, to copy into the slots, or pinned for the records to
+/// point into.
+enum Payload<'a> {
+    Copied(&'a [u8]),
+    Pinned(Arc<dyn PinnedBytes>),
+}
+
+impl Payload<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Copied(b) => b,
+            Payload::Pinned(owner) => owner.bytes(),
+        }
     }
 }
 
@@ -234,14 +311,11 @@ fn push_message(
     last: bool,
 ) -> Result<(), EngineError> {
     let head = m.header.head_bytes();
-    let info_end = FIXED_BYTES + m.info.len();
-    debug_assert!(info_end <= head && head <= record_bytes);
+    debug_assert!(head <= record_bytes);
     let first = (record_bytes - head).min(m.payload.len());
     let mut rest = &m.payload[first..];
     sender.push_elements_with(m.elem, last && rest.is_empty(), |buf| {
-        m.header.encode(&mut buf[..FIXED_BYTES]);
-        buf[FIXED_BYTES..info_end].copy_from_slice(m.info);
-        buf[info_end..head].fill(b' ');
+        write_head(m, buf);
         buf[head..head + first].copy_from_slice(&m.payload[..first]);
         head + first
     })?;
@@ -255,6 +329,57 @@ fn push_message(
         rest = later;
     }
     Ok(())
+}
+
+/// [`push_message`] without copying the payload: the first record's slot holds the
+/// header and info, and each record points at its range of the pinned payload (the
+/// same records, byte for byte, as [`push_message`] makes).
+fn push_pinned_message(
+    sender: &mut StreamSender,
+    record_bytes: usize,
+    m: &Message<'_>,
+    owner: &Arc<dyn PinnedBytes>,
+    last: bool,
+) -> Result<(), EngineError> {
+    let head = m.header.head_bytes();
+    debug_assert!(head <= record_bytes);
+    let len = m.payload.len();
+    let mut at = (record_bytes - head).min(len);
+    sender.push_pinned(
+        m.elem,
+        last && at == len,
+        |buf| write_head(m, buf),
+        range(owner, 0, at)?,
+    )?;
+    while at < len {
+        let n = (len - at).min(record_bytes);
+        let tail = range(owner, at, at + n)?;
+        sender.push_pinned(m.elem, last && at + n == len, |_| 0, tail)?;
+        at += n;
+    }
+    Ok(())
+}
+
+/// Bytes `start..end` of `owner`.
+fn range(
+    owner: &Arc<dyn PinnedBytes>,
+    start: usize,
+    end: usize,
+) -> Result<PinnedRange, EngineError> {
+    PinnedRange::new(Arc::clone(owner), start..end)
+        .ok_or_else(|| EngineError::Config(format!("bytes {start}..{end} are not in the payload")))
+}
+
+/// Writes the message's header and info, padded with spaces to the header's
+/// `info_bytes`, at the start of `buf`; returns their length.
+fn write_head(m: &Message<'_>, buf: &mut [u8]) -> usize {
+    let head = m.header.head_bytes();
+    let info_end = FIXED_BYTES + m.info.len();
+    debug_assert!(info_end <= head && head <= buf.len());
+    m.header.encode(&mut buf[..FIXED_BYTES]);
+    buf[FIXED_BYTES..info_end].copy_from_slice(m.info);
+    buf[info_end..head].fill(b' ');
+    head
 }
 
 /// The error of a call after `close` or `abort`.
