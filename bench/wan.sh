@@ -354,7 +354,7 @@ wan_meta() {
     echo "mtu=$MTU"
     echo "congestion_control=$HOST_CC"
     echo "gridftp_variants=host ($HOST_CC), host-cubic"
-    echo "iperf_amount=the file's bytes (-n)"
+    echo "iperf_amount=the file's bytes (-n), timed from the command's start to its end like every tool (its own data-phase figure in each row's note)"
     echo "tcp_rmem=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_rmem | tr '\t' ' ')"
     echo "tcp_wmem=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_wmem | tr '\t' ' ')"
     echo "forwarder_ceiling_bps=$W_CEILING_BPS"

@@ -168,18 +168,24 @@ run_sluice_variant() {
 
 # iperf3 over the current path: STREAMS streams (on each link when the path has two).
 run_iperf() {
-    local streams=$1 secs=$2 i pids=() total=0 port hosts=("$SRV_HOST")
+    local streams=$1 secs=$2 i pids=() total=0 port ports=() hosts=("$SRV_HOST") t0
     [ -n "$ONLY" ] && ! [[ "ceiling/$PATH_NAME/-/iperf3/$streams" =~ $ONLY ]] && return 0
     local why
     why=$(tool_missing iperf3)
     [ -n "$why" ] && { row section=ceiling path="$PATH_NAME" workload=- tool=iperf3 variant="$streams" status=SKIPPED note="$why"; return; }
     [ "$LINKS" = 2 ] && hosts+=("$SRV_HOST2")
     for i in "${!hosts[@]}"; do
-        port=$(_port $((5201 + i)))
-        start_server "iperf3-$i" "$SRV_X" iperf3 -s -1 -B "${hosts[$i]}" -p "$port"
-        wait_listen "$SRV_X" "$port"
+        ports[i]=$(_port $((5201 + i)))
+        start_server "iperf3-$i" "$SRV_X" iperf3 -s -1 -B "${hosts[$i]}" -p "${ports[i]}"
+        wait_listen "$SRV_X" "${ports[i]}"
+    done
+    t0=$EPOCHREALTIME
+    for i in "${!hosts[@]}"; do
+        port=${ports[i]}
         # IPERF_BYTES: move that many bytes in all (shared by the links) instead of
-        # running for SECS, so that the ceiling pays the same start-up as the file.
+        # running for SECS, so that the ceiling pays the same start-up as the file; it
+        # is then timed like every tool, from the command's start to its end (iperf3's
+        # own figure covers only its data phase: not its connections' set-up).
         local amount=(-t "$secs") tmo=$((secs + 20))
         [ -n "${IPERF_BYTES-}" ] && amount=(-n $((IPERF_BYTES / ${#hosts[@]}))) tmo=300
         # shellcheck disable=SC2086
@@ -187,15 +193,21 @@ run_iperf() {
         pids+=($!)
     done
     for i in "${pids[@]}"; do wait "$i"; done
-    local note="" ok=1 bps took
+    local t1=$EPOCHREALTIME note="" ok=1 bps took own=0
     for i in "${!hosts[@]}"; do
         stop_server "iperf3-$i"
         read -r bps took < <("$PY" -c 'import json,sys; e=json.load(open(sys.argv[1]))["end"]["sum_received"]; print(e["bits_per_second"], e["seconds"])' "$RUNTMP/iperf-$i.json" 2>/dev/null)
         if [ -z "$bps" ]; then ok=0; note="$note $(head -c 200 "$RUNTMP/iperf-$i.json")"; continue; fi
         [ -n "${IPERF_BYTES-}" ] && secs=$took
-        total=$(awk -v a="$total" -v b="$bps" 'BEGIN { printf "%.0f", a + b / 8 }')
+        own=$(awk -v a="$own" -v b="$bps" 'BEGIN { printf "%.0f", a + b / 8 }')
         [ "${#hosts[@]}" = 2 ] && note="$note link$((i + 1)) $(awk -v b="$bps" 'BEGIN { printf "%.2f", b / 1e9 }') Gbit/s;"
     done
+    total=$own
+    if [ -n "${IPERF_BYTES-}" ] && [ $ok = 1 ]; then
+        secs=$(fsub "$t1" "$t0")
+        total=$(awk -v b="$IPERF_BYTES" -v s="$secs" 'BEGIN { printf "%.0f", b / s }')
+        note="$note iperf3's own figure (its data phase): $(awk -v b="$own" 'BEGIN { printf "%.3f", b * 8 / 1e9 }') Gbit/s;"
+    fi
     local variant="$streams stream(s)"
     [ "${#hosts[@]}" = 2 ] && variant="$streams stream(s) on each of 2 links"
     if [ $ok = 1 ]; then
