@@ -4,7 +4,7 @@
 # every tool on one file per path, tmpfs to tmpfs, default flags, interleaved run by run.
 #
 #   bench/wan.sh [--quick] [--out DIR] [--reps N] [--peer-reps N] [--mtu M] [--only REGEX]
-#                [--sluice BIN] [--sluice-base BIN] [--dest ramdisk|tmpfs]
+#                [--sluice BIN] [--sluice-base BIN] [--dest ramdisk|tmpfs] [--tools LIST]
 #
 #   paths (full): 1 Gbit/s at 10, 50 and 100 ms RTT; the fastest rate the forwarder
 #                 sustains at 50 ms; 0.01 % and 0.1 % random loss at 1 Gbit/s and 50 ms;
@@ -27,6 +27,9 @@
 #                 carries the destination's measured write rates (O_DIRECT, page cache)
 #                 and the run measures tmpfs's too.
 #   --only REGEX  only paths whose name matches
+#   --tools LIST  only these of the interleaved tools (comma-separated: sluice, gridftp,
+#                 gridftp-cubic, rsyncd, scp; sluice-base comes with --sluice-base);
+#                 iperf3's ceilings always run
 #   --sluice-base BIN  an earlier sluice build, run as tool `sluice-base` interleaved
 #                 with sluice on every path (before/after in the same run)
 #
@@ -39,7 +42,7 @@ main() {
     BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
     REPO=$(dirname "$BENCH")
     QUICK=0 OUT="" REPS="" PEER_REPS=1 MTU=1500 ONLY_PATHS="" SLUICE_SRC="$REPO/target/release/sluice" NO_INSTALL=0
-    SLUICE_BASE_SRC="" DEST_KIND=ramdisk
+    SLUICE_BASE_SRC="" DEST_KIND=ramdisk TOOLS_ONLY=""
     while [ $# -gt 0 ]; do
         case $1 in
             --quick) QUICK=1 ;;
@@ -51,6 +54,7 @@ main() {
             --sluice) SLUICE_SRC=$2; shift ;;
             --sluice-base) SLUICE_BASE_SRC=$2; shift ;;
             --dest) DEST_KIND=$2; shift ;;
+            --tools) TOOLS_ONLY=",$2,"; shift ;;
             --no-install) NO_INSTALL=1 ;;
             -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
             *) echo "wan.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -286,6 +290,11 @@ wan_interleave() {
         tools=(sluice gridftp gridftp-cubic)
         [ -n "$SLUICE_BASE" ] && tools=(sluice sluice-base gridftp gridftp-cubic)
         ((r <= PEER_REPS)) && tools+=(rsyncd scp)
+        if [ -n "$TOOLS_ONLY" ]; then
+            local kept=() k
+            for k in "${tools[@]}"; do [[ $TOOLS_ONLY == *",$k,"* || $k == sluice-base ]] && kept+=("$k"); done
+            tools=("${kept[@]}")
+        fi
         order=("${tools[@]}")
         ((r % 2)) || mapfile -t order < <(printf '%s\n' "${tools[@]}" | tac)
         for t in "${order[@]}"; do
@@ -358,6 +367,7 @@ wan_meta() {
     echo "tcp_rmem=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_rmem | tr '\t' ' ')"
     echo "tcp_wmem=$(ip netns exec "$WAN_NS_A" sysctl -n net.ipv4.tcp_wmem | tr '\t' ' ')"
     echo "forwarder_ceiling_bps=$W_CEILING_BPS"
+    echo "tools=$(t=${TOOLS_ONLY#,}; echo "${t%,}" | sed "s/^$/all/")"
     echo "dest=$DEST_KIND"
     echo "dest_description=$(dest_words)"
     echo "dest_direct_bps=$DEST_DIRECT_BPS"
