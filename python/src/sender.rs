@@ -17,6 +17,7 @@ use sluice_engine::codec::Planner;
 use sluice_engine::stream::{PinnedBytes, PinnedRange, StreamOptions, StreamSender};
 use sluice_engine::{CompressMode, EngineError};
 use sluice_wire::ElementSize;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -310,30 +311,22 @@ fn push_message(
     m: &Message<'_>,
     last: bool,
 ) -> Result<(), EngineError> {
-    let head = m.header.head_bytes();
-    debug_assert!(head <= record_bytes);
-    let first = (record_bytes - head).min(m.payload.len());
-    let mut rest = &m.payload[first..];
-    sender.push_elements_with(m.elem, last && rest.is_empty(), |buf| {
-        write_head(m, buf);
-        buf[head..head + first].copy_from_slice(&m.payload[..first]);
-        head + first
-    })?;
-    while !rest.is_empty() {
-        let n = rest.len().min(record_bytes);
-        let (now, later) = rest.split_at(n);
-        sender.push_elements_with(m.elem, last && later.is_empty(), |buf| {
-            buf[..n].copy_from_slice(now);
-            n
+    let len = m.payload.len();
+    for (i, r) in record_ranges(m, record_bytes).enumerate() {
+        let (end, now) = (r.end, &m.payload[r]);
+        sender.push_elements_with(m.elem, last && end == len, |buf| {
+            let head = if i == 0 { write_head(m, buf) } else { 0 };
+            buf[head..head + now.len()].copy_from_slice(now);
+            head + now.len()
         })?;
-        rest = later;
     }
     Ok(())
 }
 
 /// [`push_message`] without copying the payload: the first record's slot holds the
 /// header and info, and each record points at its range of the pinned payload (the
-/// same records, byte for byte, as [`push_message`] makes).
+/// same records, byte for byte, as [`push_message`] makes: both split by
+/// [`record_ranges`]).
 fn push_pinned_message(
     sender: &mut StreamSender,
     record_bytes: usize,
@@ -341,23 +334,28 @@ fn push_pinned_message(
     owner: &Arc<dyn PinnedBytes>,
     last: bool,
 ) -> Result<(), EngineError> {
+    let len = m.payload.len();
+    for (i, r) in record_ranges(m, record_bytes).enumerate() {
+        let end = r.end;
+        let tail = range(owner, r.start, end)?;
+        let head = |buf: &mut [u8]| if i == 0 { write_head(m, buf) } else { 0 };
+        sender.push_pinned(m.elem, last && end == len, head, tail)?;
+    }
+    Ok(())
+}
+
+/// The payload's ranges record by record: the first record's after the message's head,
+/// then a whole record each; one (empty) range for an empty payload.
+fn record_ranges(m: &Message<'_>, record_bytes: usize) -> impl Iterator<Item = Range<usize>> {
     let head = m.header.head_bytes();
     debug_assert!(head <= record_bytes);
     let len = m.payload.len();
-    let mut at = (record_bytes - head).min(len);
-    sender.push_pinned(
-        m.elem,
-        last && at == len,
-        |buf| write_head(m, buf),
-        range(owner, 0, at)?,
-    )?;
-    while at < len {
-        let n = (len - at).min(record_bytes);
-        let tail = range(owner, at, at + n)?;
-        sender.push_pinned(m.elem, last && at + n == len, |_| 0, tail)?;
-        at += n;
-    }
-    Ok(())
+    let first = (record_bytes - head).min(len);
+    std::iter::once(0..first).chain(
+        (first..len)
+            .step_by(record_bytes)
+            .map(move |s| s..(s + record_bytes).min(len)),
+    )
 }
 
 /// Bytes `start..end` of `owner`.
