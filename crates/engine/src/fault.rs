@@ -8,6 +8,9 @@
 //! rejects it and asks for it again. Only that one send is corrupted. And
 //! `SLUICE_FAULT_READ_FAIL=NAME` makes every open for reading of a file named `NAME`
 //! fail with `EIO`, as a failing disk would (the source's read-failure path).
+//! `SLUICE_FAULT_JOIN_STALL=I` makes a client's data connection `I` stop before its
+//! `Join`, as a client that hangs half-way through its start would (the daemon's idle
+//! timeout during the gather of a session's data connections).
 
 #[cfg(feature = "fault-injection")]
 mod injected {
@@ -81,6 +84,33 @@ pub(crate) fn read_error(name: &str) -> Option<std::io::Error> {
         tracing::warn!("SLUICE_FAULT_READ_FAIL: failing the read of {name:?} (test only)");
         std::io::Error::from_raw_os_error(libc::EIO)
     })
+}
+
+/// Stops this thread for good if data connection `i` is the chosen one
+/// (`SLUICE_FAULT_JOIN_STALL`): it connected, and never sends its `Join`.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn stall_join(i: u16) {
+    static CHOSEN: std::sync::OnceLock<Option<u16>> = std::sync::OnceLock::new();
+    let chosen = CHOSEN.get_or_init(|| {
+        std::env::var("SLUICE_FAULT_JOIN_STALL")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    });
+    if *chosen == Some(i) {
+        tracing::warn!(
+            "SLUICE_FAULT_JOIN_STALL: data connection {i} stops before its Join (test only)"
+        );
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+/// Without `fault-injection`: no data connection stalls.
+#[cfg(not(feature = "fault-injection"))]
+#[inline]
+pub(crate) fn stall_join(i: u16) {
+    let _ = i;
 }
 
 /// Without `fault-injection`: no read fails.

@@ -121,11 +121,17 @@ impl Netns {
 
     /// `sluice cp` (small settings) run inside the namespace, as a child.
     pub fn spawn_cp(&self, args: &[&str]) -> ChildGuard {
+        self.spawn_cp_env(args, &[])
+    }
+
+    /// [`Netns::spawn_cp`] with variables set in its environment (a fault to inject).
+    pub fn spawn_cp_env(&self, args: &[&str], env: &[(&str, &str)]) -> ChildGuard {
         let mut cmd = std::process::Command::new("ip");
         cmd.args(["netns", "exec", &self.name, BIN, "cp"])
             .args(SMALL)
             .args(args)
             .env_remove("SLUICE_LOG")
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
@@ -382,8 +388,10 @@ fn a_session_whose_client_goes_silent_is_ended_at_the_idle_timeout() {
     big_file(&big, 32);
     let url = format!("sluice://{}/big.bin", d.addr);
     let push = ns.spawn_cp(&["--token-file", s(&tok), s(&big), &url]);
-    until(Duration::from_secs(30), "the push starts", || {
-        d.log().contains("data connection")
+    // Bytes reach the file system only once every data connection joined: the stop
+    // below comes mid-transfer, not during the gather (the next test's case).
+    until(Duration::from_secs(30), "the push writes", || {
+        !names(&site.path("a")).is_empty()
     });
     // The client stops (as a hung peer would): its kernel still acknowledges, but
     // nothing more arrives.
@@ -401,6 +409,49 @@ fn a_session_whose_client_goes_silent_is_ended_at_the_idle_timeout() {
     assert!(line["bytes"].as_u64().unwrap() < 32 << 20, "{line}");
     assert!(
         !site.path("a/big.bin").exists(),
+        "{:?}",
+        names(&site.path("a"))
+    );
+    d.assert_alive();
+    drop(push);
+}
+
+#[test]
+fn a_client_silent_before_its_data_connections_joined_is_audited_as_idle() {
+    let Some(ns) = Netns::new("idj", 16, "20mbit") else {
+        return;
+    };
+    let site = Site::new();
+    site.root("a");
+    let accounts = site.accounts(&entry("alice", "t-secret", "a", "\"read\", \"write\"", ""));
+    let audit = site.path("audit.jsonl");
+    let mut d = daemon_for(
+        &ns,
+        &site.path("a"),
+        &accounts,
+        &["--idle-timeout", "2", "--audit-log", s(&audit)],
+    );
+    let tok = site.token("t", "t-secret");
+    let big = site.path("big.bin");
+    big_file(&big, 4);
+    let url = format!("sluice://{}/big.bin", d.addr);
+    // Data connection 1 connects and never sends its `Join`: the daemon's gather
+    // waits for it while nothing arrives on the control connection.
+    let args = ["--streams", "2", "--token-file", s(&tok), s(&big), &url];
+    let push = ns.spawn_cp_env(&args, &[("SLUICE_FAULT_JOIN_STALL", "1")]);
+    until(Duration::from_secs(60), "the session ends as idle", || {
+        audit_lines(&audit)
+            .iter()
+            .any(|l| l["result"] == "IdleTimeout")
+    });
+    let line = audit_lines(&audit)
+        .into_iter()
+        .find(|l| l["result"] == "IdleTimeout")
+        .unwrap();
+    assert_eq!(line["identity"], "alice", "{line}");
+    assert_eq!(line["bytes"].as_u64(), Some(0), "{line}");
+    assert!(
+        names(&site.path("a")).is_empty(),
         "{:?}",
         names(&site.path("a"))
     );

@@ -91,11 +91,13 @@ impl Daemon {
             crate::guard::idle_timeout(self.guard.limits(), sends, chunk_acks),
         );
         let data = match &delegate {
-            Some(d) => {
-                deliver::join_and_confirm(d, self.cfg.tls.encrypt(), writer, accept.clone())?
-            }
-            None => self.gather(est, &accept, open.direction, reader.peer(), writer)?,
+            Some(d) => deliver::join_and_confirm(d, self.cfg.tls.encrypt(), writer, accept.clone()),
+            None => self.gather(est, &accept, open.direction, reader.peer(), writer),
         };
+        // A client that goes silent before its data connections joined fails the
+        // gather; the audit still says it idled (or that a drain aborted it).
+        conn.outcome = watch_outcome(&watched);
+        let data = data?;
         watched.add(data.iter().filter_map(|d| tcp_clone(d).ok()).collect());
         let _ = reader.set_timeout(None);
         let conns = Connections {
@@ -118,11 +120,7 @@ impl Daemon {
         });
         let s = stats.summary(runtime.plan());
         (rec.bytes, rec.files) = (s.bytes, s.files);
-        conn.outcome = match (watched.aborted(), watched.idled()) {
-            (true, _) => Some(ErrorCode::Cancelled.name()),
-            (false, true) => Some("IdleTimeout"),
-            _ => None,
-        };
+        conn.outcome = watch_outcome(&watched);
         tracing::info!(
             "{what} done: {} files, {} bytes in {:.2} s, {} failed, io {}",
             s.files,
@@ -141,5 +139,15 @@ impl Daemon {
             io_threads: self.cfg.io_threads,
             read_depth: self.cfg.read_depth,
         }
+    }
+}
+
+/// What the watchdog did to a session, for its audit record: a drain's abort, an idle
+/// timeout, or nothing.
+fn watch_outcome(watched: &crate::guard::Watched) -> Option<&'static str> {
+    match (watched.aborted(), watched.idled()) {
+        (true, _) => Some(ErrorCode::Cancelled.name()),
+        (false, true) => Some("IdleTimeout"),
+        _ => None,
     }
 }

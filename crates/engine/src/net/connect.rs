@@ -173,6 +173,7 @@ impl Dials<'_> {
                 (link, to)
             }
         };
+        crate::fault::stall_join(i);
         join_data(link, &to, self.accept, self.key, i)
     }
 
