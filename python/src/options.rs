@@ -9,7 +9,7 @@ use sluice_engine::net::tls::{
     default_known_hosts, default_state_dir, host_name, ClientTls, Encrypt, Identity, ServerTls,
     Trust,
 };
-use sluice_engine::Runtime;
+use sluice_engine::{Populate, Runtime};
 use sluice_placement::{plan, Job, Policy, Role};
 use sluice_topology::{discover, TopologySource};
 use sluice_wire::Token;
@@ -128,7 +128,8 @@ impl JobSpec {
         let source: TopologySource = "this".parse().map_err(usage)?;
         let machine = discover(&source).map_err(usage)?;
         let plan = plan(&machine, &job, policy).map_err(usage)?;
-        let runtime = Runtime::new(plan).map_err(crate::errors::engine)?;
+        // One sender or receiver per runtime: pages are allocated as it first uses them.
+        let runtime = Runtime::new(plan, Populate::OnDemand).map_err(crate::errors::engine)?;
         Ok(Arc::new(runtime))
     }
 }

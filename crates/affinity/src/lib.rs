@@ -47,7 +47,7 @@ pub use kernel::{
     current_cpu, memory_policy, page_bytes, page_node, page_nodes, stat_cpu, task_affinity,
     thread_affinity, MemPolicy, PolicyMode,
 };
-pub use memory::{NodeMemory, PageReport, HUGE_PAGE_BYTES};
+pub use memory::{NodeMemory, PageReport, Populate, HUGE_PAGE_BYTES};
 pub use rebind::{current_tid, rebind_thread};
 pub use verify::{
     apply_and_verify, PartitionRow, ThreadRow, VerifyReport, CPU_SAMPLES_PER_THREAD,

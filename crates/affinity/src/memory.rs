@@ -1,4 +1,5 @@
-//! [`NodeMemory`]: an anonymous, 2 MiB-aligned, node-bound, locked and prefaulted region.
+//! [`NodeMemory`]: an anonymous, 2 MiB-aligned, node-bound, locked region, prefaulted or
+//! populated on demand ([`Populate`]).
 
 use crate::bind::bind_memory;
 use crate::error::AffinityError;
@@ -23,10 +24,13 @@ static MLOCK_WARNING: Once = Once::new();
 /// 2. `madvise(MADV_HUGEPAGE)` (failure ignored: THP may be off);
 /// 3. bound to the nodes with [`bind_memory`] (`MPOL_BIND`, strict) while no page exists
 ///    yet, so no page is ever allocated elsewhere and then migrated;
-/// 4. `mlock` so pages cannot be swapped out (failure is not an error: one warning per
-///    process, and the transfer continues with pageable memory);
-/// 5. every page written once (prefault), so placement has happened and
-///    [`verify_node`](Self::verify_node) reports facts, not intentions.
+/// 4. locked so pages cannot be swapped out (failure is not an error: one warning per
+///    process, and the transfer continues with pageable memory): `mlock` with
+///    [`Populate::Now`], `mlock2(MLOCK_ONFAULT)` with [`Populate::OnDemand`];
+/// 5. with [`Populate::Now`], every page written once (prefault), so placement has
+///    happened and [`verify_node`](Self::verify_node) reports facts, not intentions.
+///    With [`Populate::OnDemand`] a page is allocated at its first touch, on the bound
+///    nodes all the same (the policy of step 3 decides where), and locked from then on.
 ///
 /// `Drop` unmaps the region (which also unlocks it).
 #[derive(Debug)]
@@ -37,6 +41,29 @@ pub struct NodeMemory {
     nodes: Vec<u32>,
     mlocked: bool,
     hugepage_advised: bool,
+    populate: Populate,
+}
+
+/// When a region's pages are allocated. Either way its size, binding and lock are
+/// settled at construction; only the moment each page is first written differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Populate {
+    /// Every page at construction: a long-lived process (the daemon) pays once, at
+    /// start-up, and never takes a page fault on its data path.
+    Now,
+    /// Each page at its first touch: a process that runs one job (a client) pays only
+    /// for the pages its job uses, not for the whole cap before its first byte moves.
+    OnDemand,
+}
+
+impl std::fmt::Display for Populate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Populate::Now => "now",
+            Populate::OnDemand => "on-demand",
+        })
+    }
 }
 
 // SAFETY: NodeMemory owns its mapping exclusively (no other value refers to it), so moving
@@ -55,9 +82,21 @@ impl NodeMemory {
     /// # Errors
     /// See [`on_nodes`](Self::on_nodes).
     pub fn new(len: usize, node: Option<u32>) -> Result<NodeMemory, AffinityError> {
+        NodeMemory::populated(len, node, Populate::Now)
+    }
+
+    /// [`new`](Self::new), with its pages allocated as `populate` says.
+    ///
+    /// # Errors
+    /// See [`on_nodes`](Self::on_nodes).
+    pub fn populated(
+        len: usize,
+        node: Option<u32>,
+        populate: Populate,
+    ) -> Result<NodeMemory, AffinityError> {
         match node {
-            Some(node) => NodeMemory::on_nodes(len, &[node]),
-            None => NodeMemory::on_nodes(len, &[]),
+            Some(node) => NodeMemory::on_nodes_populated(len, &[node], populate),
+            None => NodeMemory::on_nodes_populated(len, &[], populate),
         }
     }
 
@@ -72,6 +111,18 @@ impl NodeMemory {
     ///
     /// A failed `mlock` is not an error (see the type's docs).
     pub fn on_nodes(len: usize, nodes: &[u32]) -> Result<NodeMemory, AffinityError> {
+        NodeMemory::on_nodes_populated(len, nodes, Populate::Now)
+    }
+
+    /// [`on_nodes`](Self::on_nodes), with its pages allocated as `populate` says.
+    ///
+    /// # Errors
+    /// See [`on_nodes`](Self::on_nodes).
+    pub fn on_nodes_populated(
+        len: usize,
+        nodes: &[u32],
+        populate: Populate,
+    ) -> Result<NodeMemory, AffinityError> {
         if len == 0 {
             return Err(AffinityError::ZeroLength);
         }
@@ -90,6 +141,7 @@ impl NodeMemory {
             nodes: crate::kernel::sorted(nodes.iter().copied()),
             mlocked: false,
             hugepage_advised: false,
+            populate,
         };
         // SAFETY: the range is exactly our fresh mapping; MADV_HUGEPAGE only changes how
         // future faults are served and never the contents.
@@ -98,8 +150,15 @@ impl NodeMemory {
         if !memory.nodes.is_empty() {
             bind_memory(ptr.as_ptr(), mapped_len, &memory.nodes)?;
         }
-        // SAFETY: the range is exactly our mapping; mlock does not change its contents.
-        let locked = unsafe { libc::mlock(ptr.as_ptr().cast(), mapped_len) };
+        // SAFETY: the range is exactly our mapping; locking does not change its contents.
+        let locked = unsafe {
+            match populate {
+                Populate::Now => libc::mlock(ptr.as_ptr().cast(), mapped_len),
+                Populate::OnDemand => {
+                    libc::mlock2(ptr.as_ptr().cast(), mapped_len, libc::MLOCK_ONFAULT)
+                }
+            }
+        };
         if locked == 0 {
             memory.mlocked = true;
         } else {
@@ -114,7 +173,9 @@ impl NodeMemory {
                 );
             });
         }
-        memory.prefault();
+        if populate == Populate::Now {
+            memory.prefault();
+        }
         Ok(memory)
     }
 
@@ -154,7 +215,7 @@ impl NodeMemory {
         self.len == 0
     }
 
-    /// Bytes mapped, bound, locked and prefaulted: [`len`](Self::len) rounded up to 2 MiB.
+    /// Bytes mapped, bound and locked: [`len`](Self::len) rounded up to 2 MiB.
     pub fn mapped_len(&self) -> usize {
         self.mapped_len
     }
@@ -167,6 +228,11 @@ impl NodeMemory {
     /// Whether `mlock` succeeded (pages cannot be swapped out).
     pub fn mlocked(&self) -> bool {
         self.mlocked
+    }
+
+    /// When its pages are allocated.
+    pub fn populate(&self) -> Populate {
+        self.populate
     }
 
     /// Whether `madvise(MADV_HUGEPAGE)` was accepted.

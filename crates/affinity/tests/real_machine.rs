@@ -3,7 +3,7 @@
 
 use sluice_affinity::{
     allowed_cpus, allowed_nodes, apply_and_verify, bind_current_thread, current_cpu, memory_policy,
-    stat_cpu, thread_affinity, AffinityError, NodeMemory, PolicyMode,
+    stat_cpu, thread_affinity, AffinityError, NodeMemory, PolicyMode, Populate,
 };
 use sluice_placement::{Channel, Plan, Policy, Role, ThreadPlan};
 
@@ -57,6 +57,41 @@ fn node_memory_bound_to_a_node_has_every_page_there() {
     assert_eq!(policy.mode, PolicyMode::Bind);
     assert_eq!(policy.nodes, vec![node]);
     assert_eq!(policy.to_string(), format!("bind:{node}"));
+}
+
+#[test]
+fn on_demand_memory_has_a_page_only_once_touched_and_then_on_its_node() {
+    let node = first_node();
+    let len = 16 << 20;
+    let memory = NodeMemory::populated(len, Some(node), Populate::OnDemand).expect("memory");
+    assert_eq!(memory.populate(), Populate::OnDemand);
+    let report = memory.verify_node().expect("move_pages");
+    assert_eq!(report.on_node, 0, "nothing touched yet: {report:?}");
+    assert_eq!(
+        report.elsewhere.get(&-libc::ENOENT),
+        Some(&report.pages),
+        "{report:?}"
+    );
+    // One byte in the second 2 MiB: that page (a huge page where THP serves it) and no
+    // other appears, on the bound node.
+    // SAFETY: the offset lies inside the region, which nothing else refers to.
+    unsafe { memory.as_mut_ptr().add(2 << 20).write_volatile(1) };
+    let report = memory.verify_node().expect("move_pages");
+    let huge = (2 << 20) / sluice_affinity::page_bytes();
+    assert!(
+        report.on_node >= 1 && report.on_node <= huge,
+        "one page (or one huge page) present: {report:?}"
+    );
+    assert_eq!(
+        report.by_node.get(&i32::try_from(node).expect("node")),
+        Some(&report.on_node)
+    );
+    assert_eq!(
+        memory.policy().expect("get_mempolicy").mode,
+        PolicyMode::Bind
+    );
+    let now = NodeMemory::populated(len, Some(node), Populate::Now).expect("memory");
+    assert!(now.verify_node().expect("move_pages").all_on_node());
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! NUMA-local fixed-size buffer pools, allocated once at start-up.
 //!
 //! A [`BufferPool`] is one [`NodeMemory`] region (2 MiB-aligned, bound to a node before
-//! first touch, locked when the system allows, prefaulted) cut into equal slots. Chunks
+//! first touch, locked when the system allows, prefaulted or populated on demand) cut
+//! into equal slots. Chunks
 //! travel through the pipeline in [`Slot`]s: RAII guards that go back to the pool when
 //! dropped, on whichever thread drops them.
 //!
@@ -10,6 +11,13 @@
 //!   [`BufferPool::new`]; [`try_acquire`](BufferPool::try_acquire),
 //!   [`acquire`](BufferPool::acquire), [`acquire_timeout`](BufferPool::acquire_timeout)
 //!   and the release in `Drop` allocate nothing (`tests/no_alloc.rs` counts).
+//! - **A slot never used is handed out last.** The free list starts empty and a counter
+//!   issues slots never used before, in index order, only when no used slot is free. So
+//!   a job touches as many slots as it ever holds at once, not the whole pool: with
+//!   [`Populate::OnDemand`] (a client: one job per process) only those pages are ever
+//!   allocated. Measured on the 2-core VM (stop 28): a client's 88 MiB pool prefaulted
+//!   took 0.14-0.67 s of its start-up for a one-file copy, and 0.35 s of a 20,000-file
+//!   copy's 0.97 s. With [`Populate::Now`] (the daemon) the order changes nothing.
 //! - **Bounded, lock-free free list.** A `crossbeam_queue::ArrayQueue<u32>` of slot
 //!   indexes. Waiting for a slot uses a `Mutex<()>` + `Condvar` that releasers touch only
 //!   when a waiter has announced itself, so the uncontended path takes no lock.
@@ -48,12 +56,12 @@
 //! ```
 
 use crossbeam_queue::ArrayQueue;
-pub use sluice_affinity::NodeMemory;
 use sluice_affinity::{page_node, AffinityError, PageReport, HUGE_PAGE_BYTES};
+pub use sluice_affinity::{NodeMemory, Populate};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{fence, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -128,9 +136,12 @@ pub struct BufferPool {
     node: Option<u32>,
     slot_bytes: usize,
     slot_count: u32,
-    /// Indexes of free slots. Invariant: every index below `slot_count` is either here
-    /// or held by exactly one live [`Slot`], never both.
+    /// Indexes of free slots that were used before. Invariant: every index below
+    /// `fresh` is either here or held by exactly one live [`Slot`], never both; no index
+    /// at or above `fresh` is either.
     free: ArrayQueue<u32>,
+    /// Slots never handed out are `fresh..slot_count`; only grows, up to `slot_count`.
+    fresh: AtomicU32,
     /// Threads inside `wait_for_slot`; releasers notify only when it is non-zero.
     waiters: AtomicUsize,
     wait_lock: Mutex<()>,
@@ -154,6 +165,10 @@ pub struct PoolStats {
     pub mlocked: bool,
     /// Whether transparent huge pages were requested for it (and accepted by madvise).
     pub hugepage_advised: bool,
+    /// When its pages are allocated.
+    pub populate: Populate,
+    /// Slots handed out at least once (the most the pool's users ever held at once).
+    pub used: u32,
 }
 
 impl BufferPool {
@@ -170,6 +185,22 @@ impl BufferPool {
         node: Option<u32>,
         total_bytes: u64,
         slot_bytes: usize,
+    ) -> Result<BufferPool, BufferError> {
+        BufferPool::populated(node, total_bytes, slot_bytes, Populate::Now)
+    }
+
+    /// [`new`](Self::new), with its pages allocated as `populate` says. With
+    /// [`Populate::OnDemand`] a slot's pages appear when it is first used (its first
+    /// page when it is handed out, for the node check); the binding is not read back at
+    /// construction, since no page exists yet.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn populated(
+        node: Option<u32>,
+        total_bytes: u64,
+        slot_bytes: usize,
+        populate: Populate,
     ) -> Result<BufferPool, BufferError> {
         if slot_bytes == 0 || slot_bytes % SLOT_ALIGN_BYTES != 0 {
             return Err(BufferError::SlotNotPageMultiple { slot_bytes });
@@ -193,8 +224,8 @@ impl BufferPool {
         let Some(bytes) = slots_usize.checked_mul(slot_bytes) else {
             return Err(too_large);
         };
-        let memory = NodeMemory::new(bytes, node)?;
-        if let Some(node) = node {
+        let memory = NodeMemory::populated(bytes, node, populate)?;
+        if let (Some(node), Populate::Now) = (node, populate) {
             let report: PageReport = memory.verify_node()?;
             if !report.all_on_node() {
                 return Err(BufferError::Misplaced {
@@ -205,21 +236,13 @@ impl BufferPool {
                 });
             }
         }
-        let free = ArrayQueue::new(slots_usize);
-        for index in 0..slot_count {
-            // Cannot fail: the queue was made with room for exactly `slot_count` indexes.
-            let pushed = free.push(index);
-            assert!(
-                pushed.is_ok(),
-                "free list sized for {slot_count} slots is full"
-            );
-        }
         Ok(BufferPool {
             memory,
             node,
             slot_bytes,
             slot_count,
-            free,
+            free: ArrayQueue::new(slots_usize),
+            fresh: AtomicU32::new(0),
             waiters: AtomicUsize::new(0),
             wait_lock: Mutex::new(()),
             released: Condvar::new(),
@@ -228,7 +251,28 @@ impl BufferPool {
 
     /// A free slot, or `None` if all are in use. Never blocks, never allocates.
     pub fn try_acquire(self: &Arc<Self>) -> Option<Slot> {
-        self.free.pop().map(|index| self.hand_out(index))
+        let index = self.free.pop().or_else(|| self.take_fresh())?;
+        Some(self.hand_out(index))
+    }
+
+    /// The lowest slot never handed out, if one is left (it stays taken: `fresh` only
+    /// grows). Its first page is written here, so that an on-demand pool's node check
+    /// finds it present.
+    fn take_fresh(&self) -> Option<u32> {
+        let index = self
+            .fresh
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.slot_count).then_some(n + 1)
+            })
+            .ok()?;
+        if self.memory.populate() == Populate::OnDemand {
+            // SAFETY: `index < slot_count`, so the byte lies in the mapping, and the slot
+            // was never handed out: no reference to its bytes exists. It holds zero
+            // (fresh anonymous memory); writing zero only makes the kernel allocate the
+            // page, under the region's binding.
+            unsafe { self.slot_ptr(index).write_volatile(0) };
+        }
+        Some(index)
     }
 
     /// A free slot, waiting for one to be released if necessary. Never allocates.
@@ -371,13 +415,20 @@ impl BufferPool {
     pub fn stats(&self) -> PoolStats {
         PoolStats {
             slots: self.slot_count,
-            free: self.free.len(),
+            free: self.free.len() + (self.slot_count - self.used()) as usize,
             slot_bytes: self.slot_bytes,
             bytes: u64::from(self.slot_count) * self.slot_bytes as u64,
             node: self.node,
             mlocked: self.memory.mlocked(),
             hugepage_advised: self.memory.hugepage_advised(),
+            populate: self.memory.populate(),
+            used: self.used(),
         }
+    }
+
+    /// Slots handed out at least once.
+    fn used(&self) -> u32 {
+        self.fresh.load(Ordering::Acquire).min(self.slot_count)
     }
 
     /// Locates every page of the pool's memory now (`move_pages`; allocates, not for the

@@ -167,6 +167,71 @@ fn a_bound_pool_has_every_page_on_its_node() {
 }
 
 #[test]
+fn a_used_slot_is_handed_out_before_one_never_used() {
+    let pool = pool(None, 8);
+    assert_eq!((pool.stats().free, pool.stats().used), (8, 0));
+    // One at a time, as a pipeline that never holds two: slot 0 over and over.
+    for _ in 0..5 {
+        let s = pool.acquire();
+        assert_eq!(s.index(), 0);
+    }
+    assert_eq!(pool.stats().used, 1);
+    // Three held at once: slots 0-2, and no others ever.
+    for _ in 0..5 {
+        let held: Vec<Slot> = (0..3).map(|_| pool.acquire()).collect();
+        let mut idx: Vec<u32> = held.iter().map(Slot::index).collect();
+        idx.sort_unstable();
+        assert_eq!(idx, vec![0, 1, 2]);
+    }
+    assert_eq!((pool.stats().free, pool.stats().used), (8, 3));
+    let all: Vec<Slot> = (0..8).map(|_| pool.acquire()).collect();
+    assert_eq!((pool.stats().free, pool.stats().used), (0, 8));
+    assert!(pool.try_acquire().is_none());
+    drop(all);
+    assert_eq!(pool.stats().free, 8);
+}
+
+#[test]
+fn an_on_demand_pool_allocates_only_the_slots_it_hands_out_on_its_node() {
+    let node = first_node();
+    // 2 MiB slots: a huge page each where THP serves them, never shared by two slots.
+    let slot = 2 << 20;
+    let pool = Arc::new(
+        BufferPool::populated(Some(node), 8 * slot as u64, slot, Populate::OnDemand).expect("pool"),
+    );
+    assert_eq!(pool.stats().populate, Populate::OnDemand);
+    let present = |p: &BufferPool| p.verify_node().expect("move_pages").on_node;
+    assert_eq!(present(&pool), 0, "no page before the first hand-out");
+    let a = pool.acquire();
+    let b = pool.acquire();
+    // The pair assertion ran on both (a page absent would have panicked), and their
+    // first pages are on the node.
+    for s in [&a, &b] {
+        assert_eq!(
+            sluice_affinity::page_node(s.as_ptr()).expect("move_pages"),
+            node as i32
+        );
+    }
+    let pages = present(&pool);
+    let per_slot = slot / sluice_affinity::page_bytes();
+    assert!(
+        pages >= 2 && pages <= 2 * per_slot,
+        "{pages} pages for two slots"
+    );
+    drop((a, b));
+    let again: Vec<Slot> = (0..2).map(|_| pool.acquire()).collect();
+    assert_eq!(present(&pool), pages, "slots used again allocate nothing");
+    assert_eq!(pool.stats().used, 2);
+    drop(again);
+    let report = pool.verify_node().expect("move_pages");
+    assert_eq!(
+        report.by_node.get(&(node as i32)),
+        Some(&pages),
+        "{report:?}"
+    );
+}
+
+#[test]
 fn a_pool_on_each_node_is_on_that_node() {
     for node in sluice_affinity::allowed_nodes().expect("hwloc") {
         let pool = pool(Some(node), 32);

@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use sluice_engine::client::{copy, CopyConfig, CopyError, Endpoint};
 use sluice_engine::daemon::{serve_shared, ServeConfig};
 use sluice_engine::options::advertised_addresses;
+use sluice_engine::runtime::Populate;
 use sluice_engine::stats::Stats;
 use sluice_engine::{Pipeline, Runtime, SessionOptions};
 use sluice_placement::Plan;
@@ -155,8 +156,16 @@ pub fn read_token(path: &PathBuf) -> Result<Token> {
 }
 
 /// Plans and allocates this process's runtime (pools sized once, here).
+/// A process that runs one job (a client, the far end of an ssh copy): pages of its
+/// pools are allocated as its job first uses them.
 pub(crate) fn runtime_for(job: &JobArgs, topology: &str, side: Side) -> Result<Arc<Runtime>> {
-    runtime_on(&load_machine(topology)?, job, topology, side)
+    runtime_on(
+        &load_machine(topology)?,
+        job,
+        topology,
+        side,
+        Populate::OnDemand,
+    )
 }
 
 fn runtime_on(
@@ -164,6 +173,7 @@ fn runtime_on(
     job: &JobArgs,
     topology: &str,
     side: Side,
+    populate: Populate,
 ) -> Result<Arc<Runtime>> {
     let mut plan = job.plan(machine, side)?;
     job.apply_adapt();
@@ -174,7 +184,7 @@ fn runtime_on(
         unbind(&mut plan);
     }
     Ok(Arc::new(
-        Runtime::new(plan).context("allocating buffer pools")?,
+        Runtime::new(plan, populate).context("allocating buffer pools")?,
     ))
 }
 
@@ -251,7 +261,8 @@ fn serve_checked(args: &ServeArgs) -> Result<ExitCode> {
     args.metrics.start()?;
     let tls = args.tls.server_tls(args.listen)?;
     let machine = load_machine(&args.topology)?;
-    let runtime = runtime_on(&machine, &job, &args.topology, Side::Both)?;
+    // The daemon prefaults once at start-up: no session ever takes a page fault.
+    let runtime = runtime_on(&machine, &job, &args.topology, Side::Both, Populate::Now)?;
     let listener = crate::serve_args::bind(args.listen)?;
     let nic_addresses = advertised_addresses(
         &machine,

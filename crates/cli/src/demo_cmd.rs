@@ -11,7 +11,7 @@ use clap::Args;
 use sluice_engine::client::{copy, CopyConfig, Endpoint};
 use sluice_engine::daemon::{serve, ServeConfig};
 use sluice_engine::stats::Stats;
-use sluice_engine::{Runtime, SessionOptions, Summary};
+use sluice_engine::{Populate, Runtime, SessionOptions, Summary};
 use sluice_topology::Machine;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
@@ -140,7 +140,11 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
         "demo: daemon on {addr}, pushing {}/ with --verify",
         src.display()
     ));
-    let client_runtime = Arc::new(Runtime::new(args.job.plan(&machine, Side::Send)?)?);
+    // As the real ones: the client populates on demand, the daemon at start-up.
+    let client_runtime = Arc::new(Runtime::new(
+        args.job.plan(&machine, Side::Send)?,
+        Populate::OnDemand,
+    )?);
     let cfg = CopyConfig {
         sources: vec![Endpoint::Local(format!("{}/", src.display()))],
         dest: Endpoint::parse(&format!("sluice://{addr}/")).map_err(|e| anyhow::anyhow!(e))?,
@@ -183,7 +187,10 @@ fn prepare(src: &Path, dst: &Path, big: u64, small_files: u32) -> Result<()> {
 
 /// Starts a daemon serving `dst` on a loopback port; returns its address.
 fn start_daemon(args: &DemoArgs, machine: &Machine, dst: &Path) -> Result<SocketAddr> {
-    let server_runtime = Arc::new(Runtime::new(args.job.plan(machine, Side::Recv)?)?);
+    let server_runtime = Arc::new(Runtime::new(
+        args.job.plan(machine, Side::Recv)?,
+        Populate::Now,
+    )?);
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let cfg = ServeConfig {

@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use sluice_engine::client::Endpoint;
 use sluice_engine::codec::Planner;
 use sluice_engine::stream::{receive_to, send_from, StreamOptions, DEFAULT_RECORD_BYTES};
-use sluice_engine::{CompressMode, Runtime};
+use sluice_engine::{CompressMode, Populate, Runtime};
 use sluice_wire::ElementSize;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -109,7 +109,8 @@ fn stream_runtime(job: &JobArgs, side: Side) -> Result<Arc<Runtime>> {
     let plan = job.plan(&load_machine("this")?, side)?;
     job.apply_adapt();
     Ok(Arc::new(
-        Runtime::new(plan).context("allocating buffer pools")?,
+        // One stream per process: pages are allocated as the stream first uses them.
+        Runtime::new(plan, Populate::OnDemand).context("allocating buffer pools")?,
     ))
 }
 

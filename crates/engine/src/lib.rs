@@ -57,6 +57,6 @@ pub use net::{control, transport};
 pub use codec::CompressMode;
 pub use error::EngineError;
 pub use options::{Pipeline, SessionOptions, DEFAULT_READ_DEPTH};
-pub use runtime::Runtime;
+pub use runtime::{Populate, Runtime};
 pub use sluice_wire::Compression;
 pub use stats::Summary;

@@ -8,6 +8,7 @@ use crate::error::EngineError;
 use crate::monitor::threads::ThreadInfo;
 use crossbeam_channel::{Receiver, Sender};
 use sluice_buffers::BufferPool;
+pub use sluice_buffers::Populate;
 use sluice_placement::{Plan, Role, ThreadPlan};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +42,22 @@ pub struct ChannelRuntime {
     pub pool: Arc<BufferPool>,
 }
 
+impl Drop for Runtime {
+    /// Says how much of each pool was ever used (what on-demand population saved).
+    fn drop(&mut self) {
+        for ch in &self.channels {
+            let st = ch.pool.stats();
+            tracing::debug!(
+                "buffer pool: channel={} used {} of {} slots (populate={})",
+                ch.id,
+                st.used,
+                st.slots,
+                st.populate
+            );
+        }
+    }
+}
+
 /// Pools and thread placement for one plan.
 #[derive(Debug)]
 pub struct Runtime {
@@ -53,22 +70,23 @@ pub struct Runtime {
 
 impl Runtime {
     /// Allocates every channel's buffer partition on its node (bound, mlocked where
-    /// allowed, pages touched) and keeps the plan for thread placement.
+    /// allowed; pages touched now or at first use, as `populate` says: a daemon pays at
+    /// start-up, a one-job client only for what its job uses) and keeps the plan for
+    /// thread placement.
     ///
     /// # Errors
     /// [`EngineError::Buffers`] when a pool cannot be allocated or bound.
-    pub fn new(plan: Plan) -> Result<Runtime, EngineError> {
+    pub fn new(plan: Plan, populate: Populate) -> Result<Runtime, EngineError> {
         let slot_bytes = usize::try_from(plan.chunk_bytes).unwrap_or(usize::MAX);
         let mut channels = Vec::with_capacity(plan.channels.len());
         for ch in &plan.channels {
             if ch.buffer_bytes < plan.chunk_bytes {
                 continue;
             }
-            let pool = BufferPool::new(ch.numa_node, ch.buffer_bytes, slot_bytes).map_err(|e| {
-                EngineError::Buffers {
-                    channel: ch.id,
-                    cause: e,
-                }
+            let pool = BufferPool::populated(ch.numa_node, ch.buffer_bytes, slot_bytes, populate)
+                .map_err(|e| EngineError::Buffers {
+                channel: ch.id,
+                cause: e,
             })?;
             let pool = Arc::new(pool);
             crate::monitor::global().watch_pool(ch.id, &pool);
@@ -78,7 +96,7 @@ impl Runtime {
                 let start = s.as_ptr() as usize - s.index() as usize * pool.slot_bytes();
                 let end = start + pool.slots() as usize * pool.slot_bytes();
                 tracing::info!(
-                    "buffer pool: channel={} node={:?} range={start:#x}-{end:#x}",
+                    "buffer pool: channel={} node={:?} range={start:#x}-{end:#x} populate={populate}",
                     ch.id,
                     ch.numa_node
                 );

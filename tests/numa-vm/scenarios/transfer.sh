@@ -186,13 +186,14 @@ plan_tsv() {
         (if .manual then 1 else 0 end)] | @tsv)' "$1"
 }
 
-# pools_of LOG PID: "P pid channel node start end pages" from the `buffer pool:` lines that
-# PID logged with --log info
+# pools_of LOG PID: "P pid channel node start end pages populate" from the `buffer pool:`
+# lines that PID logged with --log info (populate: now, or on-demand for a client, whose
+# pages appear as its job first uses them)
 pools_of() {
-  sed -n 's/.*buffer pool: channel=\([0-9]*\) node=\([^ ]*\) range=0x\([0-9a-f]*\)-0x\([0-9a-f]*\).*/\1 \2 \3 \4/p' "$1" |
-    while read -r _c _node _s _e; do
+  sed -n 's/.*buffer pool: channel=\([0-9]*\) node=\([^ ]*\) range=0x\([0-9a-f]*\)-0x\([0-9a-f]*\) populate=\([a-z-]*\).*/\1 \2 \3 \4 \5/p' "$1" |
+    while read -r _c _node _s _e _pop; do
       case $_node in Some*) _node=${_node#Some(}; _node=${_node%)} ;; *) _node=- ;; esac
-      printf 'P %s %s %s %016x %016x %d\n' "$2" "$_c" "$_node" "$((0x$_s))" "$((0x$_e))" "$(((0x$_e - 0x$_s) / 4096))"
+      printf 'P %s %s %s %016x %016x %d %s\n' "$2" "$_c" "$_node" "$((0x$_s))" "$((0x$_e))" "$(((0x$_e - 0x$_s) / 4096))" "$_pop"
     done
 }
 
@@ -308,7 +309,7 @@ FILENAME == ARGV[2] {
   split($0, f, " ")
   npool++
   ppid[npool] = f[2]; pchan[npool] = f[3]; pnode[npool] = f[4]
-  pstart[npool] = "x" f[5]; pend[npool] = "x" f[6]; ppages[npool] = f[7]
+  pstart[npool] = "x" f[5]; pend[npool] = "x" f[6]; ppages[npool] = f[7]; ppop[npool] = f[8]
   next
 }
 /^@T / {
@@ -441,6 +442,7 @@ END {
       sharetxt = sprintf("%.1f %%", 100 * pminshare[p])
       ontxt = pon[p]
       if (pminshare[p] < 1) { verdict = "FAIL: pages off node " pnode[p]; fails++ }
+      else if (ppop[p] == "on-demand") verdict = "ok (on demand: " pmax[p] " of " ppages[p] " pages used)"
       else if (pmax[p] < ppages[p]) { verdict = "FAIL: " pmax[p] " of " ppages[p] " pages present"; fails++ }
       else verdict = "ok"
     }
