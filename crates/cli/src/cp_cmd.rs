@@ -391,7 +391,12 @@ pub fn cp_run(args: &CpArgs) -> Result<ExitCode> {
     if let Some(f) = &far {
         crate::ssh::trust_far_side(&mut cfg, f.fingerprint(), args.ssh.via_ssh)?;
     }
-    let stats = Arc::new(Stats::new());
+    // Per-file rows only for the `--json` summary that prints them.
+    let stats = Arc::new(if args.json {
+        Stats::new()
+    } else {
+        Stats::without_file_report()
+    });
     let progress = (!args.json && std::io::stderr().is_terminal()).then(|| spawn_progress(&stats));
     let result = copy(&cfg, &runtime, &stats);
     if let Some((bar, done)) = progress {

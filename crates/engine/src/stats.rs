@@ -102,6 +102,9 @@ pub struct Stats {
     channels: Box<[ChannelCell]>,
     stages: Arc<StageCounters>,
     inner: Mutex<Inner>,
+    /// Whether per-file rows are kept for the summary's `file_report` (the daemon and a
+    /// client that prints no `--json` summary keep none: no allocation per file).
+    file_report: bool,
 }
 
 impl Default for Stats {
@@ -111,12 +114,28 @@ impl Default for Stats {
 }
 
 fn hex(d: &[u8]) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(2 * d.len());
+    for b in d {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 impl Stats {
-    /// Starts the clock.
+    /// Starts the clock; keeps per-file rows for the summary's `file_report`.
     pub fn new() -> Stats {
+        Stats::reporting(true)
+    }
+
+    /// Starts the clock; keeps no per-file rows (`file_report` stays empty): for a side
+    /// whose summary nobody reads file by file.
+    pub fn without_file_report() -> Stats {
+        Stats::reporting(false)
+    }
+
+    fn reporting(file_report: bool) -> Stats {
         Stats {
             started: Instant::now(),
             files_announced: AtomicU64::new(0),
@@ -136,6 +155,7 @@ impl Stats {
                 .collect(),
             stages: Arc::new(StageCounters::new()),
             inner: Mutex::new(Inner::default()),
+            file_report,
         }
     }
 
@@ -266,6 +286,9 @@ impl Stats {
     /// The sink already had the file (no-clobber, update).
     pub fn file_skipped(&self, entry: &FileEntry) {
         self.files_skipped.fetch_add(1, Ordering::Relaxed);
+        if !self.file_report {
+            return;
+        }
         self.push_row(FileRow {
             path: entry.path.as_str().to_string(),
             size: entry.size,
@@ -287,6 +310,9 @@ impl Stats {
                 .fetch_add(1, Ordering::Relaxed);
                 monitor::global().file_ended(true);
                 self.bytes_done.fetch_add(entry.size, Ordering::Relaxed);
+                if !self.file_report {
+                    return;
+                }
                 self.push_row(FileRow {
                     path: entry.path.as_str().to_string(),
                     size: entry.size,
@@ -406,8 +432,8 @@ impl Stats {
             failures: i.failures.clone(),
             scan_errors: i.scan_errors.clone(),
             file_report: i.rows.clone(),
-            file_report_truncated: files_done + dirs + symlinks + files_skipped
-                > i.rows.len() as u64,
+            file_report_truncated: self.file_report
+                && files_done + dirs + symlinks + files_skipped > i.rows.len() as u64,
         }
     }
 }
@@ -491,6 +517,55 @@ mod tests {
             role: role.into(),
             planned,
             running,
+        }
+    }
+
+    fn empty_plan() -> sluice_placement::Plan {
+        sluice_placement::Plan {
+            policy: sluice_placement::Policy::Os,
+            requested_policy: sluice_placement::Policy::Os,
+            chunk_bytes: 1 << 20,
+            channels: Vec::new(),
+            notes: Vec::new(),
+            explain: Vec::new(),
+        }
+    }
+
+    fn file(id: u64, path: &str) -> FileEntry {
+        FileEntry {
+            file_id: id,
+            path: sluice_wire::RelPath::parse(path).unwrap(),
+            kind: sluice_wire::FileKind::File,
+            size: 10,
+            mode: 0o644,
+            mtime_ns: 0,
+            symlink_target: None,
+        }
+    }
+
+    #[test]
+    fn digests_print_as_lowercase_hex_two_digits_a_byte() {
+        assert_eq!(hex(&[0x00, 0xab, 0x0f, 0xf0, 0x9c]), "00ab0ff09c");
+        assert_eq!(hex(&[]), "");
+    }
+
+    #[test]
+    fn a_side_without_a_file_report_counts_files_but_keeps_no_rows() {
+        let mut digest = [0u8; 16];
+        digest[0] = 0xfe;
+        for (stats, rows) in [(Stats::new(), 2), (Stats::without_file_report(), 0)] {
+            stats.file_done(&file(1, "a"), FileOutcome::Done { digest });
+            stats.file_skipped(&file(2, "b"));
+            let s = stats.summary(&empty_plan());
+            assert_eq!((s.files, s.files_skipped), (1, 1));
+            assert_eq!(s.file_report.len(), rows);
+            assert!(!s.file_report_truncated);
+            if rows > 0 {
+                assert_eq!(
+                    s.file_report[0].digest.as_deref(),
+                    Some("fe000000000000000000000000000000")
+                );
+            }
         }
     }
 

@@ -77,7 +77,8 @@ impl Daemon {
             Direction::Push | Direction::Pull => None,
         };
         let accept = accept::new_accept(opts.streams, opts.chunk_bytes)?;
-        let stats = Arc::new(Stats::new());
+        // Nobody reads the daemon's summary file by file: it keeps no per-file rows.
+        let stats = Arc::new(Stats::without_file_report());
         let sends = open.direction != Direction::Push;
         let what = match &delegate {
             Some(d) => format!("delivery to session {}", d.session_id),
