@@ -4,22 +4,28 @@
 # repetition (so a machine shared with other work slows all of them alike), with plain
 # directories as destinations (what users copy into) on one tmpfs.
 #
-#   bench/cost.sh [--files N] [--big GIB] [--reps R] [--dir D] BIN [BIN...]
+#   bench/cost.sh [--files N] [--big GIB] [--reps R] [--dir D] [--gridftp] BIN [BIN...]
 #
 # --files N   N small files (1-8 KiB) in directories of 1,000 (default 20000; 0: none)
 # --big GIB   also one GIB GiB file (default 0: none)
 # --reps R    repetitions of every tool (default 3); medians are printed
 # --dir D     where to mount the tmpfs (default /tmp/sluice-cost)
+# --gridftp   also GridFTP (`globus-url-copy -fast -p 4`, recursive, into a
+#             globus-gridftp-server started per run as the sluice daemon is; its CPU
+#             counts the session process it forks). For the large file: on 20,000
+#             small files it takes minutes a run
 # SERVE_ARGS / CP_ARGS (environment): extra flags for every `sluice serve` / `sluice cp`
 #
 # Prints one line per run and the medians: wall seconds, CPU seconds of the client, the
-# daemon (its whole process, read from /proc at exit) and the system's softirq time
-# (which carries loopback TCP; system-wide, so other load adds to it), and CPU seconds
-# per 1,000 files or per GB. Runs as root (mounts a tmpfs; no sudo needed); a daemon is
-# started per run with default flags, as a new user would.
+# daemon during the transfer (its process's CPU read from /proc once it listens and
+# again at the end) and the system's softirq time (which carries loopback TCP;
+# system-wide, so other load adds to it), and CPU seconds per 1,000 files or per GB.
+# The daemon's start-up (planning, prefaulting its pools: paid once per daemon, not per
+# transfer) is its own column, not in the totals. Runs as root (mounts a tmpfs; no sudo
+# needed); a daemon is started per run with default flags, as a new user would.
 set -euo pipefail
 
-FILES=20000 BIG=0 REPS=3 DIR=/tmp/sluice-cost
+FILES=20000 BIG=0 REPS=3 DIR=/tmp/sluice-cost GRIDFTP=0
 BINS=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -27,7 +33,8 @@ while [ $# -gt 0 ]; do
         --big) BIG=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
         --dir) DIR=$2; shift 2 ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        --gridftp) GRIDFTP=1; shift ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) BINS+=("$(realpath "$1")"); shift ;;
     esac
 done
@@ -65,44 +72,65 @@ BYTES=$(du -sb "$DIR/src" | cut -f1)
 
 softirq() { awk '/^cpu /{print $8}' /proc/stat; }
 # cpu_of PID -> utime+stime of a live process, in ticks
-cpu_of() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# cpu_of PID -> utime+stime of a live process and of its children it has reaped (the
+# session processes a GridFTP server forks), in ticks
+cpu_of() { awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat"; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# listening PID PORT: waits for the daemon to listen, then notes its CPU so far
+listening() {
+    for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$2") 2>/dev/null && break; sleep 0.05; done
+    cpu_of "$1"
+}
 
-# run_one TOOL BIN -> "wall client daemon softirq" seconds
+# run_one TOOL BIN -> "wall client daemon softirq daemon_startup" seconds
 run_one() {
-    local tool=$1 bin=${2-} dst=$DIR/dst t0 t1 s0 s1 out dcpu=0 port
+    local tool=$1 bin=${2-} dst=$DIR/dst t0 t1 s0 s1 out dcpu=0 dstart=0 port
     rm -rf "$dst"; mkdir -p "$dst"
     sync
-    if [ "$tool" = sluice ]; then
-        port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-        "$bin" serve ${SERVE_ARGS-} --root "$dst" --listen "127.0.0.1:$port" >/dev/null 2>&1 &
-        DPID=$!
-        for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
-    fi
+    case $tool in
+        sluice)
+            port=$(free_port)
+            "$bin" serve ${SERVE_ARGS-} --root "$dst" --listen "127.0.0.1:$port" >/dev/null 2>&1 &
+            DPID=$!
+            dstart=$(listening "$DPID" "$port") ;;
+        gridftp)
+            port=$(free_port)
+            chmod 777 "$dst"
+            globus-gridftp-server -aa -anonymous-user nobody -anonymous-group "$(id -gn nobody 2>/dev/null || echo nogroup)" -p "$port" \
+                -control-interface 127.0.0.1 -data-interface 127.0.0.1 -d error >/dev/null 2>&1 &
+            DPID=$!
+            dstart=$(listening "$DPID" "$port") ;;
+    esac
     s0=$(softirq); t0=$(date +%s.%N)
     local tf=$DIR/time.txt
     case $tool in
         sluice) /usr/bin/time -o "$tf" -f '%U %S' "$bin" cp ${CP_ARGS-} -r "$DIR/src/" "sluice://127.0.0.1:$port/" >/dev/null 2>&1 ;;
         tar-tar) /usr/bin/time -o "$tf" -f '%U %S' bash -c "tar -C '$DIR/src' -cf - . | tar -C '$dst' -xf -" ;;
         cp-a) /usr/bin/time -o "$tf" -f '%U %S' cp -a "$DIR/src/." "$dst/" ;;
+        gridftp) /usr/bin/time -o "$tf" -f '%U %S' globus-url-copy -fast -p 4 -cc 4 -r -cd \
+            "file://$DIR/src/" "ftp://127.0.0.1:$port$dst/" >/dev/null 2>&1 ;;
     esac
     out=$(tail -1 "$tf")
     t1=$(date +%s.%N); s1=$(softirq)
-    if [ "$tool" = sluice ]; then
-        dcpu=$(cpu_of "$DPID")
+    if [ -n "$DPID" ]; then
+        # a GridFTP session's process, reaped, counts in its server's figures
+        for _ in $(seq 40); do pgrep -P "$DPID" >/dev/null || break; sleep 0.05; done
+        dcpu=$(( $(cpu_of "$DPID") - dstart ))
         kill -INT "$DPID"; wait "$DPID" 2>/dev/null || true; DPID=""
     fi
     [ "$(find "$dst" -type f | wc -l)" = "$(find "$DIR/src" -type f | wc -l)" ] || { echo "$tool: files missing" >&2; exit 1; }
     awk -v w="$(awk -v a="$t1" -v b="$t0" 'BEGIN{print a-b}')" -v c="$out" -v d="$dcpu" \
-        -v s=$((s1 - s0)) -v tk="$TICK" 'BEGIN { split(c, u, " ");
-        printf "%.3f %.3f %.3f %.3f\n", w, u[1] + u[2], d / tk, s / tk }'
+        -v s=$((s1 - s0)) -v tk="$TICK" -v ds="$dstart" 'BEGIN { split(c, u, " ");
+        printf "%.3f %.3f %.3f %.3f %.3f\n", w, u[1] + u[2], d / tk, s / tk, ds / tk }'
 }
 
 declare -A RES
 TOOLS=()
 for i in "${!BINS[@]}"; do TOOLS+=("sluice:$i"); done
 TOOLS+=(tar-tar cp-a)
+[ "$GRIDFTP" = 1 ] && TOOLS+=(gridftp)
 echo "# $FILES files + ${BIG} GiB, $BYTES bytes, tmpfs to tmpfs (plain directories), $REPS interleaved reps, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
-echo "# tool rep wall_s client_cpu_s daemon_cpu_s softirq_s"
+echo "# tool rep wall_s client_cpu_s daemon_cpu_s softirq_s daemon_startup_cpu_s"
 for rep in $(seq "$REPS"); do
     for t in "${TOOLS[@]}"; do
         case $t in
@@ -113,13 +141,13 @@ for rep in $(seq "$REPS"); do
         RES[$name]+="$r"$'\n'
     done
 done
-echo "# medians: tool wall_s cpu_total_s cpu_s_per_1000_files cpu_s_per_GB"
+echo "# medians: tool wall_s cpu_total_s cpu_s_per_1000_files cpu_s_per_GB daemon_startup_cpu_s"
 for i in "${!BINS[@]}"; do echo "# sluice[$i] = ${BINS[$i]}"; done
 for name in "${!RES[@]}"; do
     printf '%s' "${RES[$name]}" | awk -v n="$name" -v f="$FILES" -v b="$BYTES" '
-        { w[NR] = $1; c[NR] = $2 + $3 + $4 }
+        { w[NR] = $1; c[NR] = $2 + $3 + $4; d[NR] = $5 }
         function med(a, k,   i, j, t) { for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
             return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
-        END { mw = med(w, NR); mc = med(c, NR);
-              printf "%-10s %7.3f %7.3f %7.3f %7.3f\n", n, mw, mc, (f ? mc * 1000 / f : 0), mc * 1e9 / b }'
+        END { mw = med(w, NR); mc = med(c, NR); md = med(d, NR);
+              printf "%-10s %7.3f %7.3f %7.3f %7.3f %7.3f\n", n, mw, mc, (f ? mc * 1000 / f : 0), mc * 1e9 / b, md }'
 done | sort
