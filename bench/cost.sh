@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Cost per file and per byte (issue 16), short and interleaved: sluice binaries (e.g. a
 # baseline and a candidate) beside `tar | tar` and `cp -a`, tool after tool in each
-# repetition (so a machine shared with other work slows all of them alike), with plain
+# repetition (so a machine shared with other work slows all of them alike; each
+# repetition starts one tool later than the one before), with plain
 # directories as destinations (what users copy into) on one tmpfs.
 #
 #   bench/cost.sh [--files N] [--big GIB] [--reps R] [--dir D] [--gridftp] BIN [BIN...]
@@ -82,9 +83,10 @@ listening() {
     cpu_of "$1"
 }
 
-# run_one TOOL BIN -> "wall client daemon softirq daemon_startup" seconds
+# run_one TOOL BIN -> "wall client daemon softirq daemon_startup" seconds, then the
+# client's and the daemon's peak resident memory in MiB
 run_one() {
-    local tool=$1 bin=${2-} dst=$DIR/dst t0 t1 s0 s1 out dcpu=0 dstart=0 port
+    local tool=$1 bin=${2-} dst=$DIR/dst t0 t1 s0 s1 out dcpu=0 dstart=0 port dhwm=0
     rm -rf "$dst"; mkdir -p "$dst"
     sync
     case $tool in
@@ -104,10 +106,10 @@ run_one() {
     s0=$(softirq); t0=$(date +%s.%N)
     local tf=$DIR/time.txt
     case $tool in
-        sluice) /usr/bin/time -o "$tf" -f '%U %S' "$bin" cp ${CP_ARGS-} -r "$DIR/src/" "sluice://127.0.0.1:$port/" >/dev/null 2>&1 ;;
-        tar-tar) /usr/bin/time -o "$tf" -f '%U %S' bash -c "tar -C '$DIR/src' -cf - . | tar -C '$dst' -xf -" ;;
-        cp-a) /usr/bin/time -o "$tf" -f '%U %S' cp -a "$DIR/src/." "$dst/" ;;
-        gridftp) /usr/bin/time -o "$tf" -f '%U %S' globus-url-copy -fast -p 4 -cc 4 -r -cd \
+        sluice) /usr/bin/time -o "$tf" -f '%U %S %M' "$bin" cp ${CP_ARGS-} -r "$DIR/src/" "sluice://127.0.0.1:$port/" >/dev/null 2>&1 ;;
+        tar-tar) /usr/bin/time -o "$tf" -f '%U %S %M' bash -c "tar -C '$DIR/src' -cf - . | tar -C '$dst' -xf -" ;;
+        cp-a) /usr/bin/time -o "$tf" -f '%U %S %M' cp -a "$DIR/src/." "$dst/" ;;
+        gridftp) /usr/bin/time -o "$tf" -f '%U %S %M' globus-url-copy -fast -p 4 -cc 4 -r -cd \
             "file://$DIR/src/" "ftp://127.0.0.1:$port$dst/" >/dev/null 2>&1 ;;
     esac
     out=$(tail -1 "$tf")
@@ -116,12 +118,13 @@ run_one() {
         # a GridFTP session's process, reaped, counts in its server's figures
         for _ in $(seq 40); do pgrep -P "$DPID" >/dev/null || break; sleep 0.05; done
         dcpu=$(( $(cpu_of "$DPID") - dstart ))
+        dhwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$DPID/status")
         kill -INT "$DPID"; wait "$DPID" 2>/dev/null || true; DPID=""
     fi
     [ "$(find "$dst" -type f | wc -l)" = "$(find "$DIR/src" -type f | wc -l)" ] || { echo "$tool: files missing" >&2; exit 1; }
     awk -v w="$(awk -v a="$t1" -v b="$t0" 'BEGIN{print a-b}')" -v c="$out" -v d="$dcpu" \
-        -v s=$((s1 - s0)) -v tk="$TICK" -v ds="$dstart" 'BEGIN { split(c, u, " ");
-        printf "%.3f %.3f %.3f %.3f %.3f\n", w, u[1] + u[2], d / tk, s / tk, ds / tk }'
+        -v s=$((s1 - s0)) -v tk="$TICK" -v ds="$dstart" -v dh="$dhwm" 'BEGIN { split(c, u, " ");
+        printf "%.3f %.3f %.3f %.3f %.3f %.0f %.0f\n", w, u[1] + u[2], d / tk, s / tk, ds / tk, u[3] / 1024, dh / 1024 }'
 }
 
 declare -A RES
@@ -130,9 +133,12 @@ for i in "${!BINS[@]}"; do TOOLS+=("sluice:$i"); done
 TOOLS+=(tar-tar cp-a)
 [ "$GRIDFTP" = 1 ] && TOOLS+=(gridftp)
 echo "# $FILES files + ${BIG} GiB, $BYTES bytes, tmpfs to tmpfs (plain directories), $REPS interleaved reps, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
-echo "# tool rep wall_s client_cpu_s daemon_cpu_s softirq_s daemon_startup_cpu_s"
+echo "# tool rep wall_s client_cpu_s daemon_cpu_s softirq_s daemon_startup_cpu_s client_rss_mib daemon_rss_mib"
+NT=${#TOOLS[@]}
 for rep in $(seq "$REPS"); do
-    for t in "${TOOLS[@]}"; do
+    # each repetition starts one tool later, so no tool always follows the same one
+    for k in $(seq 0 $((NT - 1))); do
+        t=${TOOLS[$(( (k + rep - 1) % NT ))]}
         case $t in
             sluice:*) r=$(run_one sluice "${BINS[${t#sluice:}]}"); name="sluice[${t#sluice:}]" ;;
             *) r=$(run_one "$t"); name=$t ;;
@@ -141,13 +147,13 @@ for rep in $(seq "$REPS"); do
         RES[$name]+="$r"$'\n'
     done
 done
-echo "# medians: tool wall_s cpu_total_s cpu_s_per_1000_files cpu_s_per_GB daemon_startup_cpu_s"
+echo "# medians (peak memory: the largest): tool wall_s cpu_total_s cpu_s_per_1000_files cpu_s_per_GB daemon_startup_cpu_s client_rss_mib daemon_rss_mib"
 for i in "${!BINS[@]}"; do echo "# sluice[$i] = ${BINS[$i]}"; done
 for name in "${!RES[@]}"; do
     printf '%s' "${RES[$name]}" | awk -v n="$name" -v f="$FILES" -v b="$BYTES" '
-        { w[NR] = $1; c[NR] = $2 + $3 + $4; d[NR] = $5 }
+        { w[NR] = $1; c[NR] = $2 + $3 + $4; d[NR] = $5; if ($6 > cr) cr = $6; if ($7 > dr) dr = $7 }
         function med(a, k,   i, j, t) { for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
             return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
         END { mw = med(w, NR); mc = med(c, NR); md = med(d, NR);
-              printf "%-10s %7.3f %7.3f %7.3f %7.3f %7.3f\n", n, mw, mc, (f ? mc * 1000 / f : 0), mc * 1e9 / b, md }'
+              printf "%-10s %7.3f %7.3f %7.3f %7.3f %7.3f %6d %6d\n", n, mw, mc, (f ? mc * 1000 / f : 0), mc * 1e9 / b, md, cr, dr }'
 done | sort
