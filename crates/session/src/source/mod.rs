@@ -61,7 +61,8 @@
 
 use crate::time::Instant;
 use sluice_wire::{
-    Close, CloseReason, ErrorCode, FileEntry, FileFailed, FileKind, Frame, Manifest, ManifestEnd,
+    Close, CloseReason, ErrorCode, FileEntry, FileFailed, FileKind, Frame, ManifestBatch,
+    ManifestEnd,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -149,7 +150,7 @@ pub struct SourceCore {
     /// Files announced and not yet answered, by id (at most [`MAX_FILES_IN_FLIGHT`]).
     pending: BTreeMap<u64, Announced>,
     /// The batch being filled.
-    manifest: Manifest,
+    manifest: ManifestBatch,
     files_total: u64,
     bytes_total: u64,
     actions: VecDeque<SourceAction>,
@@ -164,7 +165,7 @@ impl SourceCore {
             cfg,
             phase: Phase::Scanning,
             pending: BTreeMap::new(),
-            manifest: Manifest::new(),
+            manifest: ManifestBatch::new(),
             files_total: 0,
             bytes_total: 0,
             actions: VecDeque::with_capacity(MAX_ACTIONS_PER_EVENT),
@@ -430,7 +431,7 @@ impl SourceCore {
 
     fn send_manifest(&mut self) {
         if !self.manifest.is_empty() {
-            let batch = std::mem::take(&mut self.manifest);
+            let batch = self.manifest.take();
             self.push(SourceAction::Send(Frame::Manifest(batch)));
         }
     }

@@ -189,6 +189,58 @@ impl Manifest {
     }
 }
 
+/// A [`Manifest`] being filled, which keeps its encoded size as it grows: a push
+/// measures the one entry, where [`Manifest::try_push`] sums the whole batch (a batch
+/// of 1,024 entries filled that way visits half a million entries).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestBatch {
+    manifest: Manifest,
+    /// `manifest.encoded_body_len()`, kept up to date by every push and take.
+    body_len: usize,
+}
+
+impl Default for ManifestBatch {
+    fn default() -> ManifestBatch {
+        ManifestBatch::new()
+    }
+}
+
+impl ManifestBatch {
+    /// An empty batch.
+    pub fn new() -> ManifestBatch {
+        let manifest = Manifest::new();
+        let body_len = manifest.encoded_body_len();
+        ManifestBatch { manifest, body_len }
+    }
+
+    /// Appends `entry` if the batch stays within its count and byte limits: exactly
+    /// the entries [`Manifest::try_push`] would take.
+    ///
+    /// # Errors
+    /// Gives `entry` back when the batch is full: take it, send it, push again.
+    pub fn try_push(&mut self, entry: FileEntry) -> Result<(), FileEntry> {
+        let len = entry.encoded_len();
+        let fits = self.manifest.entries.len() < MAX_MANIFEST_ENTRIES
+            && self.body_len + len <= MAX_CONTROL_BODY_BYTES as usize;
+        if !fits {
+            return Err(entry);
+        }
+        self.manifest.entries.push(entry);
+        self.body_len += len;
+        Ok(())
+    }
+
+    /// Whether the batch has no entry (an empty batch must not be sent).
+    pub fn is_empty(&self) -> bool {
+        self.manifest.is_empty()
+    }
+
+    /// The batch so far, leaving this one empty.
+    pub fn take(&mut self) -> Manifest {
+        std::mem::take(self).manifest
+    }
+}
+
 impl Body for Manifest {
     const TYPE: FrameType = FrameType::Manifest;
 
@@ -481,6 +533,70 @@ mod tests {
         assert_eq!(s.iter().collect::<Vec<_>>(), vec![0, 9]);
         assert_eq!(s.len(), 2);
         assert!(!s.is_empty());
+    }
+
+    #[test]
+    fn a_batch_splits_entries_exactly_where_try_push_does() {
+        // Paths of every length up to the limit: half of the first 2,500 are long (the
+        // byte limit ends those batches), the rest short (the count limit does).
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let entries: Vec<FileEntry> = (0..5000u64)
+            .map(|i| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let len = if i < 2500 && i % 2 == 0 {
+                    1 + usize::try_from(seed % MAX_PATH_BYTES as u64).unwrap()
+                } else {
+                    1 + usize::try_from(seed % 40).unwrap()
+                };
+                // Components of at most 200 bytes, `len` bytes in all.
+                let mut path: String = (0..len)
+                    .map(|k| if k % 201 == 200 { '/' } else { 'p' })
+                    .collect();
+                if path.ends_with('/') {
+                    path.pop();
+                }
+                FileEntry {
+                    file_id: i,
+                    path: RelPath::parse(&path).unwrap(),
+                    kind: FileKind::File,
+                    size: i,
+                    mode: 0o644,
+                    mtime_ns: 0,
+                    symlink_target: None,
+                }
+            })
+            .collect();
+        let (mut by_manifest, mut m) = (Vec::new(), Manifest::new());
+        let (mut by_batch, mut b) = (Vec::new(), ManifestBatch::new());
+        for e in &entries {
+            if let Err(e) = m.try_push(e.clone()) {
+                by_manifest.push(std::mem::take(&mut m));
+                m.try_push(e).unwrap();
+            }
+            if let Err(e) = b.try_push(e.clone()) {
+                by_batch.push(b.take());
+                assert!(b.is_empty());
+                b.try_push(e).unwrap();
+            }
+        }
+        by_manifest.push(m);
+        by_batch.push(b.take());
+        assert!(by_manifest
+            .iter()
+            .any(|m| m.entries.len() == MAX_MANIFEST_ENTRIES));
+        let last = by_manifest.len() - 1;
+        assert!(
+            by_manifest[..last]
+                .iter()
+                .any(|m| m.entries.len() < MAX_MANIFEST_ENTRIES),
+            "a batch ended at the byte limit"
+        );
+        assert_eq!(by_batch, by_manifest);
+        for m in &by_batch {
+            assert!(m.encoded_body_len() <= MAX_CONTROL_BODY_BYTES as usize);
+        }
     }
 
     #[test]

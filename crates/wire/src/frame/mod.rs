@@ -16,7 +16,8 @@ pub use flow::{
 };
 pub use handshake::{AuthOk, AuthProof, Capabilities, Hello, Welcome};
 pub use manifest::{
-    ChunkSet, FileEntry, FileKind, Have, HaveState, Manifest, ManifestEnd, SkipReason,
+    ChunkSet, FileEntry, FileKind, Have, HaveState, Manifest, ManifestBatch, ManifestEnd,
+    SkipReason,
 };
 pub use session::{
     Accept, Addresses, Compression, Direction, Join, Joined, Open, OpenOptions, OptionBits,
