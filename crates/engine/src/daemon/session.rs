@@ -91,45 +91,51 @@ impl Daemon {
             vec![tcp_clone(&writer.stream_clone()?)?],
             crate::guard::idle_timeout(self.guard.limits(), sends, chunk_acks),
         );
-        let data = match &delegate {
-            Some(d) => deliver::join_and_confirm(d, self.cfg.tls.encrypt(), writer, accept.clone()),
-            None => self.gather(est, &accept, open.direction, reader.peer(), writer),
-        };
-        // A client that goes silent before its data connections joined fails the
-        // gather; the audit still says it idled (or that a drain aborted it).
+        // Every exit from here on records what the watchdog did: a client that goes
+        // silent before its data connections joined fails the gather, and the audit
+        // still says it idled (or that a drain aborted it).
+        let result = (|| {
+            let data = match &delegate {
+                Some(d) => {
+                    deliver::join_and_confirm(d, self.cfg.tls.encrypt(), writer, accept.clone())?
+                }
+                None => self.gather(est, &accept, open.direction, reader.peer(), writer)?,
+            };
+            watched.add(data.iter().filter_map(|d| tcp_clone(d).ok()).collect());
+            let _ = reader.set_timeout(None);
+            let conns = Connections {
+                reader: std::mem::replace(reader, FrameReader::new(writer.stream_clone()?)),
+                control_stream: writer.stream_clone()?,
+                data,
+            };
+            // run_role reports its own failure on the control connection.
+            told.set(true);
+            let runtime = &self.cfg.runtime;
+            let result = std::thread::scope(|s| {
+                std::thread::Builder::new()
+                    .name("session".into())
+                    .spawn_scoped(s, || {
+                        run_role(role, runtime, &opts, opts.chunk_bytes, conns, &stats)
+                    })
+                    .map_err(|e| EngineError::io("starting a session thread", e))?
+                    .join()
+                    .unwrap_or_else(|_| {
+                        Err(EngineError::Aborted("the session thread panicked".into()))
+                    })
+            });
+            let s = stats.summary(runtime.plan());
+            (rec.bytes, rec.files) = (s.bytes, s.files);
+            tracing::info!(
+                "{what} done: {} files, {} bytes in {:.2} s, {} failed, io {}",
+                s.files,
+                s.bytes,
+                s.seconds,
+                s.files_failed,
+                s.io_mode
+            );
+            result
+        })();
         conn.outcome = watch_outcome(&watched);
-        let data = data?;
-        watched.add(data.iter().filter_map(|d| tcp_clone(d).ok()).collect());
-        let _ = reader.set_timeout(None);
-        let conns = Connections {
-            reader: std::mem::replace(reader, FrameReader::new(writer.stream_clone()?)),
-            control_stream: writer.stream_clone()?,
-            data,
-        };
-        // run_role reports its own failure on the control connection.
-        told.set(true);
-        let runtime = &self.cfg.runtime;
-        let result = std::thread::scope(|s| {
-            std::thread::Builder::new()
-                .name("session".into())
-                .spawn_scoped(s, || {
-                    run_role(role, runtime, &opts, opts.chunk_bytes, conns, &stats)
-                })
-                .map_err(|e| EngineError::io("starting a session thread", e))?
-                .join()
-                .unwrap_or_else(|_| Err(EngineError::Aborted("the session thread panicked".into())))
-        });
-        let s = stats.summary(runtime.plan());
-        (rec.bytes, rec.files) = (s.bytes, s.files);
-        conn.outcome = watch_outcome(&watched);
-        tracing::info!(
-            "{what} done: {} files, {} bytes in {:.2} s, {} failed, io {}",
-            s.files,
-            s.bytes,
-            s.seconds,
-            s.files_failed,
-            s.io_mode
-        );
         result
     }
 
