@@ -286,10 +286,7 @@ impl Stats {
     /// The sink already had the file (no-clobber, update).
     pub fn file_skipped(&self, entry: &FileEntry) {
         self.files_skipped.fetch_add(1, Ordering::Relaxed);
-        if !self.file_report {
-            return;
-        }
-        self.push_row(FileRow {
+        self.push_row(|| FileRow {
             path: entry.path.as_str().to_string(),
             size: entry.size,
             status: "skipped",
@@ -310,10 +307,7 @@ impl Stats {
                 .fetch_add(1, Ordering::Relaxed);
                 monitor::global().file_ended(true);
                 self.bytes_done.fetch_add(entry.size, Ordering::Relaxed);
-                if !self.file_report {
-                    return;
-                }
-                self.push_row(FileRow {
+                self.push_row(|| FileRow {
                     path: entry.path.as_str().to_string(),
                     size: entry.size,
                     status: "done",
@@ -339,10 +333,15 @@ impl Stats {
         }
     }
 
-    fn push_row(&self, row: FileRow) {
+    /// Keeps the row `row` builds, if this side keeps a file report and it has room
+    /// (no row is built otherwise: no allocation per file).
+    fn push_row(&self, row: impl FnOnce() -> FileRow) {
+        if !self.file_report {
+            return;
+        }
         let mut i = self.inner();
         if i.rows.len() < MAX_REPORTED_FILES {
-            i.rows.push(row);
+            i.rows.push(row());
         }
     }
 
@@ -572,14 +571,7 @@ mod tests {
     #[test]
     fn threads_beyond_the_plan_keep_the_most_per_role_in_the_summary() {
         let stats = Stats::new();
-        let plan = sluice_placement::Plan {
-            policy: sluice_placement::Policy::Os,
-            requested_policy: sluice_placement::Policy::Os,
-            chunk_bytes: 1 << 20,
-            channels: Vec::new(),
-            notes: Vec::new(),
-            explain: Vec::new(),
-        };
+        let plan = empty_plan();
         assert!(stats.summary(&plan).threads_beyond_plan.is_empty());
         stats.record_beyond_plan(beyond("net-recv", 2, 4));
         stats.record_beyond_plan(beyond("net-recv", 2, 3));
