@@ -173,9 +173,11 @@ impl Manifest {
     /// # Errors
     /// Gives `entry` back when the batch is full: send it, then start a new one.
     pub fn try_push(&mut self, entry: FileEntry) -> Result<(), FileEntry> {
-        let fits = self.entries.len() < MAX_MANIFEST_ENTRIES
-            && self.encoded_body_len() + entry.encoded_len() <= MAX_CONTROL_BODY_BYTES as usize;
-        if fits {
+        if has_room(
+            self.entries.len(),
+            self.encoded_body_len(),
+            entry.encoded_len(),
+        ) {
             self.entries.push(entry);
             Ok(())
         } else {
@@ -187,6 +189,12 @@ impl Manifest {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+}
+
+/// Whether a manifest of `entries` entries and a `body_len`-byte body stays within the
+/// count and byte limits with one more entry of `len` bytes.
+fn has_room(entries: usize, body_len: usize, len: usize) -> bool {
+    entries < MAX_MANIFEST_ENTRIES && body_len + len <= MAX_CONTROL_BODY_BYTES as usize
 }
 
 /// A [`Manifest`] being filled, which keeps its encoded size as it grows: a push
@@ -220,9 +228,7 @@ impl ManifestBatch {
     /// Gives `entry` back when the batch is full: take it, send it, push again.
     pub fn try_push(&mut self, entry: FileEntry) -> Result<(), FileEntry> {
         let len = entry.encoded_len();
-        let fits = self.manifest.entries.len() < MAX_MANIFEST_ENTRIES
-            && self.body_len + len <= MAX_CONTROL_BODY_BYTES as usize;
-        if !fits {
+        if !has_room(self.manifest.entries.len(), self.body_len, len) {
             return Err(entry);
         }
         self.manifest.entries.push(entry);
