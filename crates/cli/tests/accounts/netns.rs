@@ -368,25 +368,46 @@ fn sigterm_past_the_drain_timeout_aborts_and_leaves_no_partial_file() {
     );
 }
 
-#[test]
-fn a_session_whose_client_goes_silent_is_ended_at_the_idle_timeout() {
-    let Some(ns) = Netns::new("idl", 15, "20mbit") else {
-        return;
-    };
+/// Alice's site with an audited daemon whose idle timeout is 2 s, her token file and a
+/// `mib` MiB file to push: what the idle-timeout tests share.
+fn idle_site(ns: &Netns, mib: usize) -> (Site, Daemon, PathBuf, PathBuf, String) {
     let site = Site::new();
     site.root("a");
     let accounts = site.accounts(&entry("alice", "t-secret", "a", "\"read\", \"write\"", ""));
     let audit = site.path("audit.jsonl");
-    let mut d = daemon_for(
-        &ns,
+    let d = daemon_for(
+        ns,
         &site.path("a"),
         &accounts,
         &["--idle-timeout", "2", "--audit-log", s(&audit)],
     );
     let tok = site.token("t", "t-secret");
     let big = site.path("big.bin");
-    big_file(&big, 32);
+    big_file(&big, mib);
     let url = format!("sluice://{}/big.bin", d.addr);
+    (site, d, audit, tok, url)
+}
+
+/// The audit record of the session ended as idle, once it is written.
+fn idle_record(audit: &Path) -> serde_json::Value {
+    until(Duration::from_secs(60), "the idle session ends", || {
+        audit_lines(audit)
+            .iter()
+            .any(|l| l["result"] == "IdleTimeout")
+    });
+    audit_lines(audit)
+        .into_iter()
+        .find(|l| l["result"] == "IdleTimeout")
+        .unwrap()
+}
+
+#[test]
+fn a_session_whose_client_goes_silent_is_ended_at_the_idle_timeout() {
+    let Some(ns) = Netns::new("idl", 15, "20mbit") else {
+        return;
+    };
+    let (site, mut d, audit, tok, url) = idle_site(&ns, 32);
+    let big = site.path("big.bin");
     let push = ns.spawn_cp(&["--token-file", s(&tok), s(&big), &url]);
     // Bytes reach the file system only once every data connection joined: the stop
     // below comes mid-transfer, not during the gather (the next test's case).
@@ -396,15 +417,7 @@ fn a_session_whose_client_goes_silent_is_ended_at_the_idle_timeout() {
     // The client stops (as a hung peer would): its kernel still acknowledges, but
     // nothing more arrives.
     signal(&push, libc::SIGSTOP);
-    until(Duration::from_secs(60), "the idle session ends", || {
-        audit_lines(&audit)
-            .iter()
-            .any(|l| l["result"] == "IdleTimeout")
-    });
-    let line = audit_lines(&audit)
-        .into_iter()
-        .find(|l| l["result"] == "IdleTimeout")
-        .unwrap();
+    let line = idle_record(&audit);
     assert_eq!(line["identity"], "alice");
     assert!(line["bytes"].as_u64().unwrap() < 32 << 20, "{line}");
     assert!(
@@ -421,33 +434,13 @@ fn a_client_silent_before_its_data_connections_joined_is_audited_as_idle() {
     let Some(ns) = Netns::new("idj", 16, "20mbit") else {
         return;
     };
-    let site = Site::new();
-    site.root("a");
-    let accounts = site.accounts(&entry("alice", "t-secret", "a", "\"read\", \"write\"", ""));
-    let audit = site.path("audit.jsonl");
-    let mut d = daemon_for(
-        &ns,
-        &site.path("a"),
-        &accounts,
-        &["--idle-timeout", "2", "--audit-log", s(&audit)],
-    );
-    let tok = site.token("t", "t-secret");
+    let (site, mut d, audit, tok, url) = idle_site(&ns, 4);
     let big = site.path("big.bin");
-    big_file(&big, 4);
-    let url = format!("sluice://{}/big.bin", d.addr);
     // Data connection 1 connects and never sends its `Join`: the daemon's gather
     // waits for it while nothing arrives on the control connection.
     let args = ["--streams", "2", "--token-file", s(&tok), s(&big), &url];
     let push = ns.spawn_cp_env(&args, &[("SLUICE_FAULT_JOIN_STALL", "1")]);
-    until(Duration::from_secs(60), "the session ends as idle", || {
-        audit_lines(&audit)
-            .iter()
-            .any(|l| l["result"] == "IdleTimeout")
-    });
-    let line = audit_lines(&audit)
-        .into_iter()
-        .find(|l| l["result"] == "IdleTimeout")
-        .unwrap();
+    let line = idle_record(&audit);
     assert_eq!(line["identity"], "alice", "{line}");
     assert_eq!(line["bytes"].as_u64(), Some(0), "{line}");
     assert!(
