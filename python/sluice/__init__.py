@@ -30,8 +30,9 @@ A received frame is not copied where that can be avoided: the array is a writabl
 of the receiver's buffer slot, which goes back to the receiver when the array is
 dropped (see :class:`Receiver`; ``copy()`` arrays to keep many of them).
 
-With ``compress``, typed frames are bit-shuffled by their itemsize before they are
-compressed (``shuffle="auto"``), so that a ``uint16`` detector frame with Poisson noise,
+With ``compress``, typed frames are shuffled by their itemsize before they are
+compressed (``shuffle="auto"``: bit-planes for LZ4; for zstd byte- or bit-planes,
+whichever sends fewer bytes), so that a ``uint16`` detector frame with Poisson noise,
 which LZ4 alone cannot shrink, travels in about half its bytes.
 
 Copying (``sluice cp`` as a function)::
@@ -101,9 +102,9 @@ def _as_bytes_view(obj: Any) -> Tuple[memoryview, np.dtype, Tuple[int, ...]]:
     return memoryview(flat), arr.dtype, tuple(int(n) for n in arr.shape)
 
 
-# Element sizes the bit-shuffle takes (python/src/sender.rs, crates/wire/src/shuffle.rs).
+# Element sizes the shuffles take (python/src/sender.rs, crates/wire/src/shuffle.rs).
 _SHUFFLE_SIZES = (1, 2, 4, 8)
-# Kinds of numpy dtypes whose elements "auto" bit-shuffles: booleans, integers, floats,
+# Kinds of numpy dtypes whose elements "auto" shuffles: booleans, integers, floats,
 # complex numbers, dates and durations.
 _SHUFFLE_KINDS = "biufcmM"
 
@@ -121,7 +122,7 @@ def _shuffle_arg(shuffle: Union[str, int], compress: str) -> Union[str, int]:
 
 
 def _elem_bytes(shuffle: Union[str, int], dtype: np.dtype, typed: bool) -> int:
-    """The element size to bit-shuffle a payload of ``dtype`` as (0: none): the forced
+    """The element size to shuffle a payload of ``dtype`` as (0: none): the forced
     size, or for ``"auto"`` the itemsize of a numeric array (``typed``: not plain bytes,
     whose bits have no planes to find) when it is 1, 2, 4 or 8."""
     if isinstance(shuffle, int):
@@ -148,10 +149,11 @@ class Sender:
         streams: data connections (each with a net-send thread placed by the plan).
         compress: ``"none"``, ``"lz4"``, ``"zstd"``, ``"zstd:LEVEL"`` or ``"auto"``, per
             record, on the net-send threads.
-        shuffle: bit-shuffle each frame's records before they are compressed, so that
+        shuffle: shuffle each frame's records before they are compressed, so that
             typed data compresses (a detector's ``uint16`` counts with Poisson noise do
             not shrink under LZ4 as they are; bit-shuffled, LZ4 sends them in about half
-            the bytes). ``"auto"`` (the default): by the array's itemsize, where
+            the bytes). LZ4 gets the bit-shuffle; zstd the byte-shuffle or the
+            bit-shuffle, whichever sent fewer bytes on a sample of a recent frame. ``"auto"`` (the default): by the array's itemsize, where
             ``compress`` is not ``"none"`` and the array is numeric with an itemsize of
             1, 2, 4 or 8 bytes (``bytes`` and byte buffers are sent as they are);
             ``"none"``: never; 1, 2, 4 or 8: as elements of that many bytes, whatever

@@ -41,7 +41,7 @@ class RawSender:
         """Sends one message (kind 0 frame, 1 series start, 2 series end) with its
         JSON info and a C-contiguous byte buffer; returns the frame id. ``elem_bytes``
         (1, 2, 4 or 8; 0: none): the payload's element size, as which its records are
-        bit-shuffled before they are compressed (where the stream compresses and the
+        shuffled before they are compressed (where the stream compresses and the
         receiver un-shuffles). Blocks, the GIL released, while the receiver is slower.
         Where ``zero_copy`` and not ``copy``, the payload is not copied: its buffer is
         held (pinned) until the receiver has acknowledged it."""

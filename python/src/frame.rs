@@ -6,7 +6,7 @@
 //!
 //! The sender pads the info with trailing spaces (JSON whitespace, which the receiver's
 //! parser skips) so that the payload starts at a multiple of [`PAYLOAD_ALIGN_BYTES`] in
-//! the record, and so its elements at their own multiples: a record bit-shuffled as
+//! the record, and so its elements at their own multiples: a record shuffled as
 //! elements ([`sluice_wire::shuffle`]) then has whole elements where it expects them.
 //!
 //! ```text

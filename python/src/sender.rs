@@ -107,7 +107,7 @@ impl RawSender {
     /// Sends one message of `kind` (0 frame, 1 series start, 2 series end) with its
     /// JSON `info` and `payload` (a C-contiguous byte buffer); returns the frame's id
     /// (for the other kinds, the next frame's). `elem_bytes` (1, 2, 4 or 8; 0: none)
-    /// is the size of the payload's elements: its records are bit-shuffled as such
+    /// is the size of the payload's elements: its records are shuffled as such
     /// before they are compressed, where the stream compresses and the receiver
     /// un-shuffles. Blocks, with the GIL released, while the receiver is slower. Where
     /// the stream does not compress (`zero_copy`) and not `copy`, a payload is not
@@ -230,7 +230,7 @@ impl RawSender {
         Ok(())
     }
 
-    /// Sends one message in as many records as it needs, bit-shuffled as `elem`-byte
+    /// Sends one message in as many records as it needs, shuffled as `elem`-byte
     /// elements where given; `last` marks the stream's end.
     fn message(
         &self,
@@ -298,12 +298,12 @@ struct Message<'a> {
     /// The info as JSON, unpadded.
     info: &'a [u8],
     payload: &'a [u8],
-    /// The payload's elements, for the bit-shuffle of its records.
+    /// The payload's elements, for the shuffle of its records.
     elem: Option<ElementSize>,
 }
 
 /// Pushes the header and info (padded with spaces to the header's `info_bytes`), then
-/// the payload, starting a new record; every record of the message is bit-shuffled as
+/// the payload, starting a new record; every record of the message is shuffled as
 /// its elements.
 fn push_message(
     sender: &mut StreamSender,

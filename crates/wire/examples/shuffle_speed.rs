@@ -1,10 +1,10 @@
-//! The bit-shuffle's throughput on one core: `cargo run --release -p sluice-wire
+//! The bit- and byte-shuffle's throughput on one core: `cargo run --release -p sluice-wire
 //! --example shuffle_speed [REPEATS]`. Shuffles and unshuffles a 2560 x 2160 frame of
 //! 16-bit counts (seed 001's detector frame, 11 MB) as 1-, 2-, 4- and 8-byte elements
 //! and prints GB/s of original bytes for each direction, beside a plain copy of the
 //! frame (the memory's own speed on this machine, for scale).
 
-use sluice_wire::shuffle::{bitshuffle, bitunshuffle, ElementSize};
+use sluice_wire::shuffle::{bitshuffle, bitunshuffle, byteshuffle, byteunshuffle, ElementSize};
 use std::time::Instant;
 
 /// Bytes of one frame: 2560 x 2160 pixels of 2 bytes.
@@ -26,6 +26,10 @@ fn main() {
         let back_speed = time(repeats, || bitunshuffle(&shuffled, elem, &mut back));
         assert!(back == frame, "the round trip changed the frame");
         println!("{elem}: bitshuffle {out:.2} GB/s, bitunshuffle {back_speed:.2} GB/s");
+        let out = time(repeats, || byteshuffle(&frame, elem, &mut shuffled));
+        let back_speed = time(repeats, || byteunshuffle(&shuffled, elem, &mut back));
+        assert!(back == frame, "the byte round trip changed the frame");
+        println!("{elem}: byteshuffle {out:.2} GB/s, byteunshuffle {back_speed:.2} GB/s");
     }
 }
 

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! The payload is the original `raw_len` bytes, or their LZ4 block or zstd frame; with
-//! `SHUFFLED`, the compression of their bit-shuffle ([`crate::shuffle`]). The checksum is
+//! `SHUFFLED`, the compression of their bit-shuffle, or with `BYTE_SHUFFLED` too of their
+//! byte-shuffle ([`crate::shuffle`]). The checksum is
 //! always that of the original bytes, so it checks decompression and unshuffling too.
 //!
 //! Decoding never touches the payload: the I/O layer decodes the 42-byte header, learns
@@ -31,7 +32,7 @@ use crate::limits::{
     CHUNK_FIXED_BODY_BYTES, CHUNK_HEADER_BYTES, FRAME_HEADER_BYTES, MAX_CHUNK_BYTES,
     MAX_PACK_SEGMENTS, SEGMENT_BYTES,
 };
-use crate::shuffle::ElementSize;
+use crate::shuffle::{ElementSize, Shuffle};
 
 bitflags_type! {
     /// Flags of a chunk, carried in the common header's flags byte.
@@ -53,6 +54,10 @@ bitflags_type! {
         const ELEM_LOG2_LOW = 1 << 5;
         /// Bit 1 of `log2` of the shuffle's element size (with `SHUFFLED` only).
         const ELEM_LOG2_HIGH = 1 << 6;
+        /// With `SHUFFLED`: the shuffle was of bytes ([`crate::shuffle::byteshuffle`]),
+        /// not bits. Only toward a peer that offered
+        /// [`crate::Capabilities::BYTE_SHUFFLE`].
+        const BYTE_SHUFFLED = 1 << 7;
     }
 }
 
@@ -150,30 +155,41 @@ impl ChunkHeader {
         self
     }
 
-    /// The same header for a compressed payload whose original bytes were bit-shuffled
-    /// as elements of `elem` bytes before they were compressed (`None`: they were not).
+    /// The same header for a compressed payload whose original bytes went through
+    /// `shuffle` before they were compressed (`None`: they did not).
     ///
     /// # Panics
-    /// If `elem` is given for a chunk that is not compressed: a shuffled payload always
-    /// travels compressed (one that does not shrink travels as the original bytes).
-    pub fn shuffled(mut self, elem: Option<ElementSize>) -> ChunkHeader {
+    /// If `shuffle` is given for a chunk that is not compressed: a shuffled payload
+    /// always travels compressed (one that does not shrink travels as the original
+    /// bytes).
+    pub fn shuffled(mut self, shuffle: Option<Shuffle>) -> ChunkHeader {
         assert!(
-            elem.is_none() || self.compression() != Compression::None,
+            shuffle.is_none() || self.compression() != Compression::None,
             "a shuffled chunk must be compressed"
         );
-        let log2 = elem.map_or(0, ElementSize::log2);
-        self.flags.set(ChunkFlags::SHUFFLED, elem.is_some());
+        let log2 = shuffle.map_or(0, |s| s.elem().log2());
+        self.flags.set(ChunkFlags::SHUFFLED, shuffle.is_some());
+        self.flags.set(
+            ChunkFlags::BYTE_SHUFFLED,
+            matches!(shuffle, Some(Shuffle::Bytes(_))),
+        );
         self.flags.set(ChunkFlags::ELEM_LOG2_LOW, log2 & 1 != 0);
         self.flags.set(ChunkFlags::ELEM_LOG2_HIGH, log2 & 2 != 0);
         self
     }
 
-    /// The element size the original bytes were bit-shuffled as before compression, or
-    /// `None` if they were not.
-    pub fn shuffle(&self) -> Option<ElementSize> {
-        self.flags
-            .contains(ChunkFlags::SHUFFLED)
-            .then(|| ElementSize::from_log2(self.flags.bits() >> ELEM_LOG2_SHIFT))
+    /// The shuffle the original bytes went through before compression, or `None` if
+    /// they did not.
+    pub fn shuffle(&self) -> Option<Shuffle> {
+        if !self.flags.contains(ChunkFlags::SHUFFLED) {
+            return None;
+        }
+        let elem = ElementSize::from_log2(self.flags.bits() >> ELEM_LOG2_SHIFT);
+        Some(if self.flags.contains(ChunkFlags::BYTE_SHUFFLED) {
+            Shuffle::Bytes(elem)
+        } else {
+            Shuffle::Bits(elem)
+        })
     }
 
     /// How the payload is compressed.
@@ -326,6 +342,9 @@ impl ChunkHeader {
         let elem_bits = ChunkFlags::ELEM_LOG2_LOW | ChunkFlags::ELEM_LOG2_HIGH;
         if !h.flags.contains(ChunkFlags::SHUFFLED) && h.flags.intersection(elem_bits).bits() != 0 {
             return bad("Chunk.flags", "an element size without SHUFFLED");
+        }
+        if !h.flags.contains(ChunkFlags::SHUFFLED) && h.flags.contains(ChunkFlags::BYTE_SHUFFLED) {
+            return bad("Chunk.flags", "BYTE_SHUFFLED without SHUFFLED");
         }
         if h.compression() == Compression::None {
             if h.shuffle().is_some() {
@@ -629,21 +648,25 @@ mod tests {
     }
 
     #[test]
-    fn shuffled_chunks_carry_their_element_size() {
+    fn shuffled_chunks_carry_their_shuffle_and_element_size() {
         let raw = vec![1u8; 100];
         for elem in ElementSize::ALL {
-            let h = ChunkHeader::plain(1, 0, &raw, true)
-                .compressed(Compression::Lz4, 10)
-                .shuffled(Some(elem));
-            let mut w = Vec::new();
-            h.encode(&mut w);
-            let (d, _) = ChunkHeader::decode(&w).unwrap();
-            assert_eq!(
-                (d.shuffle(), d.compression()),
-                (Some(elem), Compression::Lz4)
-            );
-            assert!(d.is_last());
-            assert_eq!(d.shuffled(None).shuffle(), None);
+            for shuffle in [Shuffle::Bits(elem), Shuffle::Bytes(elem)] {
+                let h = ChunkHeader::plain(1, 0, &raw, true)
+                    .compressed(Compression::Lz4, 10)
+                    .shuffled(Some(shuffle));
+                let mut w = Vec::new();
+                h.encode(&mut w);
+                let (d, _) = ChunkHeader::decode(&w).unwrap();
+                assert_eq!(
+                    (d.shuffle(), d.compression()),
+                    (Some(shuffle), Compression::Lz4)
+                );
+                assert!(d.is_last());
+                let cleared = d.shuffled(None);
+                assert_eq!(cleared.shuffle(), None);
+                assert_eq!(cleared.flags, ChunkFlags::LAST | ChunkFlags::COMPRESSED_LZ4);
+            }
         }
         let plain = ChunkHeader::plain(1, 0, &raw, false).compressed(Compression::Zstd, 9);
         assert_eq!(plain.shuffle(), None);
@@ -688,24 +711,34 @@ mod tests {
                 })
             ));
         }
-        // Bit 7 is not defined.
-        let w = with_flags(last | ChunkFlags::COMPRESSED_LZ4.bits() | shuffled | 0x80);
-        assert!(matches!(
+        // BYTE_SHUFFLED without SHUFFLED.
+        let byte = ChunkFlags::BYTE_SHUFFLED.bits();
+        let w = with_flags(last | ChunkFlags::COMPRESSED_LZ4.bits() | byte);
+        assert_eq!(
             ChunkHeader::decode(&w),
-            Err(DecodeError::BadFlags { frame: "Chunk", .. })
-        ));
-        // And the valid combination decodes.
+            Err(DecodeError::Inconsistent {
+                field: "Chunk.flags",
+                reason: "BYTE_SHUFFLED without SHUFFLED"
+            })
+        );
+        // And the valid combinations decode.
         let w = with_flags(last | ChunkFlags::COMPRESSED_LZ4.bits() | shuffled);
         assert_eq!(
             ChunkHeader::decode(&w).unwrap().0.shuffle(),
-            Some(ElementSize::Two)
+            Some(Shuffle::Bits(ElementSize::Two))
+        );
+        let w = with_flags(last | ChunkFlags::COMPRESSED_ZSTD.bits() | shuffled | byte);
+        assert_eq!(
+            ChunkHeader::decode(&w).unwrap().0.shuffle(),
+            Some(Shuffle::Bytes(ElementSize::Two))
         );
     }
 
     #[test]
     #[should_panic(expected = "must be compressed")]
     fn shuffling_an_uncompressed_header_is_a_bug() {
-        let _ = ChunkHeader::plain(1, 0, &[1; 10], true).shuffled(Some(ElementSize::Two));
+        let _ = ChunkHeader::plain(1, 0, &[1; 10], true)
+            .shuffled(Some(Shuffle::Bits(ElementSize::Two)));
     }
 
     #[test]

@@ -98,11 +98,11 @@ pub fn chunk_header(data: &[u8]) {
             }
             let _ = h.validate_geometry(max, u64::from(h.raw_len));
             let _ = h.verify(&data[n..]);
-            if let Some(elem) = h.shuffle() {
+            if let Some(shuffle) = h.shuffle() {
                 // Unshuffling takes any bytes: it must neither fail nor panic.
                 let payload = &data[n..];
                 let mut out = vec![0; payload.len()];
-                crate::shuffle::bitunshuffle(payload, elem, &mut out);
+                shuffle.undo(payload, &mut out);
             }
         }
         let _ = Chunk::decode_limited(data, max);

@@ -13,8 +13,8 @@
 //!   handshake and join state machines.
 //! * [`chunk_checksum`], [`FileDigest`], [`chunk_count`]: integrity and chunk geometry.
 //! * [`RelPath`]: relative paths that cannot escape lexically.
-//! * [`shuffle`]: the bit-shuffle a chunk's payload may pass through before it is
-//!   compressed (`SHUFFLED`), so that typed data compresses.
+//! * [`shuffle`]: the bit- or byte-shuffle a chunk's payload may pass through before it
+//!   is compressed (`SHUFFLED`, `BYTE_SHUFFLED`), so that typed data compresses.
 //!
 //! ```
 //! use sluice_wire::{Codec, Frame, FrameDecoder, Close, CloseReason};
@@ -61,4 +61,4 @@ pub use integrity::{
 pub use join::{ClientJoin, JoinError, JoinTable};
 pub use limits::*;
 pub use path::{PathError, PathErrorKind, RelPath};
-pub use shuffle::ElementSize;
+pub use shuffle::{ElementSize, Shuffle};

@@ -217,7 +217,17 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         &[Frame::Chunk(Chunk {
             header: ChunkHeader::plain(2, 0, &data, true)
                 .compressed(Compression::Lz4, 12)
-                .shuffled(Some(shuffle::ElementSize::Two)),
+                .shuffled(Some(shuffle::Shuffle::Bits(shuffle::ElementSize::Two))),
+            segments: Vec::new(),
+        })],
+        &[0x28; 12],
+    );
+    add(
+        "chunk-byte-shuffled",
+        &[Frame::Chunk(Chunk {
+            header: ChunkHeader::plain(2, 0, &data, true)
+                .compressed(Compression::Zstd, 12)
+                .shuffled(Some(shuffle::Shuffle::Bytes(shuffle::ElementSize::Four))),
             segments: Vec::new(),
         })],
         &[0x28; 12],

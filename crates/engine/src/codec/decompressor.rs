@@ -1,8 +1,8 @@
-//! Decompression of one thread's chunks (and un-shuffling of those that were
-//! bit-shuffled before they were compressed).
+//! Decompression of one thread's chunks (and un-shuffling of those that were bit- or
+//! byte-shuffled before they were compressed).
 
-use sluice_wire::shuffle::{bitunshuffle, ElementSize};
 use sluice_wire::Compression;
+use sluice_wire::Shuffle;
 use std::fmt;
 
 /// Decompresses chunks for one thread.
@@ -33,8 +33,8 @@ impl Decompressor {
     }
 
     /// Replaces the `wire_len` encoded bytes at the start of `chunk` by the `raw_len`
-    /// original bytes: decompressed, then un-shuffled where `shuffle` gives the element
-    /// size they were bit-shuffled as (straight from the scratch buffer into `chunk`, so
+    /// original bytes: decompressed, then un-shuffled where `shuffle` says how they were
+    /// shuffled (straight from the scratch buffer into `chunk`, so
     /// a shuffled chunk costs no extra copy). A payload that does not decode to exactly
     /// `raw_len` bytes is an error: the chunk is corrupt and must never be written.
     ///
@@ -44,7 +44,7 @@ impl Decompressor {
     pub fn decompress(
         &mut self,
         compression: Compression,
-        shuffle: Option<ElementSize>,
+        shuffle: Option<Shuffle>,
         chunk: &mut [u8],
         wire_len: usize,
         raw_len: usize,
@@ -88,7 +88,7 @@ impl Decompressor {
         }
         let decoded = &self.scratch[..raw_len];
         match shuffle {
-            Some(elem) => bitunshuffle(decoded, elem, &mut chunk[..raw_len]),
+            Some(s) => s.undo(decoded, &mut chunk[..raw_len]),
             None => chunk[..raw_len].copy_from_slice(decoded),
         }
         Ok(())

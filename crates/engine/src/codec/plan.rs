@@ -2,7 +2,7 @@
 //! which mode goes toward the peer, whether compress/decompress stage threads run and
 //! how many, and what `auto` is told about the threads around it.
 
-use super::{CompressMode, Compressor, SharedAuto};
+use super::{CompressMode, Compressor, SharedAuto, Unshuffles};
 use crate::runtime::Runtime;
 use sluice_placement::Role;
 use sluice_wire::Compression;
@@ -88,8 +88,8 @@ pub struct CodecInputs {
     pub io_threads: u32,
     /// The session's data connections.
     pub streams: u32,
-    /// Whether the peer un-shuffles bit-shuffled chunks (`Capabilities::SHUFFLE`).
-    pub peer_unshuffles: bool,
+    /// What the peer un-shuffles ([`Unshuffles::of`] the session's capabilities).
+    pub peer_unshuffles: Unshuffles,
 }
 
 impl CodecInputs {
@@ -104,7 +104,7 @@ impl CodecInputs {
             planned_decompress: runtime.planned(Role::Decompress),
             io_threads: 1,
             streams: 1,
-            peer_unshuffles: false,
+            peer_unshuffles: Unshuffles::Nothing,
         }
     }
 }
@@ -125,9 +125,9 @@ pub struct CodecPlan {
     /// Threads that hand raw chunks to the wire (`auto` measures the link's share of
     /// their time).
     pub auto_senders: u32,
-    /// Whether chunks of typed elements are bit-shuffled before they are compressed: a
-    /// sending end that compresses, toward a peer that un-shuffles.
-    pub shuffle: bool,
+    /// The shuffles chunks of typed elements may go through before they are compressed:
+    /// what the peer undoes, at a sending end that compresses; nothing otherwise.
+    pub shuffle: Unshuffles,
 }
 
 impl CodecPlan {
@@ -145,7 +145,11 @@ impl CodecPlan {
         } else {
             i.asked
         };
-        let shuffle = sending && mode != CompressMode::None && i.peer_unshuffles;
+        let shuffle = if sending && mode != CompressMode::None {
+            i.peer_unshuffles
+        } else {
+            Unshuffles::Nothing
+        };
         let plan = match i.site {
             CodecSite::Source => {
                 let staged = if mode == CompressMode::None {
@@ -185,7 +189,7 @@ impl CodecPlan {
             },
         };
         debug_assert!(sending || plan.compress_threads == 0);
-        debug_assert!(sending || !plan.shuffle);
+        debug_assert!(sending || !plan.shuffle.any());
         plan
     }
 
@@ -208,7 +212,7 @@ impl CodecPlan {
         auto
     }
 
-    /// A compressor for one thread of the session (allowed to bit-shuffle where
+    /// A compressor for one thread of the session (allowed the shuffles of
     /// [`Self::shuffle`]).
     #[must_use]
     pub fn compressor(&self, auto: &Arc<SharedAuto>) -> Compressor {

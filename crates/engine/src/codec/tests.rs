@@ -5,7 +5,7 @@
 
 use super::plan::{announce, asked_by_peer};
 use super::*;
-use sluice_wire::{Compression, ElementSize};
+use sluice_wire::{Compression, ElementSize, Shuffle};
 
 fn compressible(n: usize) -> Vec<u8> {
     (0..n).map(|i| ((i / 7) % 13) as u8).collect()
@@ -114,7 +114,7 @@ fn inputs(site: CodecSite, asked: CompressMode) -> CodecInputs {
         planned_decompress: 3,
         io_threads: 2,
         streams: 3,
-        peer_unshuffles: true,
+        peer_unshuffles: Unshuffles::BitsAndBytes,
     }
 }
 
@@ -271,11 +271,21 @@ pub(crate) fn poisson_frame(width: usize, height: usize, mean: f64) -> Vec<u8> {
     out
 }
 
-/// Compresses `data` with `mode`, as `elem`-byte elements toward a peer that un-shuffles,
-/// checks the round trip and returns what was sent.
+/// Compresses `data` with `mode`, as `elem`-byte elements toward a peer that un-shuffles
+/// bits and bytes, checks the round trip and returns what was sent.
 fn round_trip_elements(mode: CompressMode, data: &[u8], elem: Option<ElementSize>) -> Compressed {
+    round_trip_toward(Unshuffles::BitsAndBytes, mode, data, elem)
+}
+
+/// [`round_trip_elements`] toward a peer that un-shuffles what `peer` says.
+fn round_trip_toward(
+    peer: Unshuffles,
+    mode: CompressMode,
+    data: &[u8],
+    elem: Option<ElementSize>,
+) -> Compressed {
     let mut slot = data.to_vec();
-    let mut c = Compressor::new(mode).with_shuffle(true);
+    let mut c = Compressor::new(mode).with_shuffle(peer);
     let out = c.compress_elements(&mut slot, data.len(), elem);
     let mut d = Decompressor::new();
     d.decompress(
@@ -292,22 +302,29 @@ fn round_trip_elements(mode: CompressMode, data: &[u8], elem: Option<ElementSize
 
 proptest::proptest! {
     /// Any length (odd tails, partial elements) and every element size: the chunk comes
-    /// back whole, and what the compressor says it did is what the header will say.
+    /// back whole, and what the compressor says it did is what the header will say:
+    /// bytes for zstd toward a peer that undoes them, bits otherwise.
     #[test]
     fn shuffled_chunks_round_trip(
         len in 0usize..40_000,
         elem in proptest::sample::select(ElementSize::ALL.to_vec()),
         zstd in proptest::bool::ANY,
+        bytes in proptest::bool::ANY,
     ) {
         let data = poisson_frame(len / 2 + 1, 1, 200.0);
         let data = &data[..len];
         let mode = if zstd { CompressMode::Zstd(1) } else { CompressMode::Lz4 };
-        let out = round_trip_elements(mode, data, Some(elem));
+        let peer = if bytes { Unshuffles::BitsAndBytes } else { Unshuffles::Bits };
+        let out = round_trip_toward(peer, mode, data, Some(elem));
         proptest::prop_assert!(out.wire_len <= len);
         if out.compression == Compression::None {
             proptest::prop_assert_eq!((out.shuffle, out.wire_len), (None, len));
+        } else if zstd && bytes {
+            // Either, as the trial found on this chunk.
+            let either = [Some(Shuffle::Bytes(elem)), Some(Shuffle::Bits(elem))];
+            proptest::prop_assert!(either.contains(&out.shuffle));
         } else {
-            proptest::prop_assert_eq!(out.shuffle, Some(elem));
+            proptest::prop_assert_eq!(out.shuffle, Some(Shuffle::Bits(elem)));
         }
     }
 }
@@ -337,13 +354,48 @@ fn a_poisson_u16_frame_compresses_only_when_bit_shuffled() {
     );
     assert!(lz4_ratio(&frame) < 1.1, "LZ4 alone finds next to nothing");
     assert_eq!(shuffled.compression, Compression::Lz4);
-    assert_eq!(shuffled.shuffle, Some(ElementSize::Two));
+    assert_eq!(shuffled.shuffle, Some(Shuffle::Bits(ElementSize::Two)));
     assert!(
         ratio(shuffled) > 1.5,
         "bit-shuffled, LZ4 finds the constant high bits"
     );
     assert!(ratio(shuffled) > 1.4 * ratio(plain));
     assert!(ratio(zstd_shuffled) > ratio(zstd));
+}
+
+/// zstd level 1's bytes for `frame` put through `shuffle`.
+fn zstd_bytes(frame: &[u8], shuffle: Shuffle) -> usize {
+    let mut shuffled = vec![0; frame.len()];
+    shuffle.apply(frame, &mut shuffled);
+    zstd::bulk::compress(&shuffled, 1).unwrap().len()
+}
+
+#[test]
+fn zstd_gets_the_shuffle_that_sends_fewer_bytes() {
+    // Counts about 1000 (the bits win) and about 3000, the bench's tomography frames
+    // (the bytes win): neither shuffle is best for both.
+    let two = ElementSize::Two;
+    for (mean, winner) in [(1000.0, Shuffle::Bits(two)), (3000.0, Shuffle::Bytes(two))] {
+        let frame = poisson_frame(1280, 1080, mean);
+        let (bits, bytes) = (
+            zstd_bytes(&frame, Shuffle::Bits(two)),
+            zstd_bytes(&frame, Shuffle::Bytes(two)),
+        );
+        println!("Poisson uint16 frame, mean {mean}, zstd:1: bit-shuffled {bits} B, byte-shuffled {bytes} B");
+        let smaller = if bytes < bits {
+            Shuffle::Bytes(two)
+        } else {
+            Shuffle::Bits(two)
+        };
+        assert_eq!(smaller, winner, "mean {mean}");
+        let sent = round_trip_elements(CompressMode::Zstd(1), &frame, Some(two));
+        assert_eq!(sent.shuffle, Some(winner), "mean {mean}");
+        assert_eq!(sent.wire_len, bits.min(bytes));
+        // A peer that undoes only the bit-shuffle gets it.
+        let bits_only =
+            round_trip_toward(Unshuffles::Bits, CompressMode::Zstd(1), &frame, Some(two));
+        assert_eq!(bits_only.shuffle, Some(Shuffle::Bits(two)));
+    }
 }
 
 #[test]
@@ -366,7 +418,13 @@ fn a_shuffled_chunk_that_is_not_compressed_is_an_error() {
     let mut slot = vec![1u8; 64];
     let mut d = Decompressor::new();
     assert!(d
-        .decompress(Compression::None, Some(ElementSize::Two), &mut slot, 64, 64)
+        .decompress(
+            Compression::None,
+            Some(Shuffle::Bits(ElementSize::Two)),
+            &mut slot,
+            64,
+            64
+        )
         .is_err());
     assert!(d
         .decompress(Compression::None, None, &mut slot, 64, 64)
@@ -381,7 +439,11 @@ fn describe_frames_the_header_of_what_was_sent() {
     let h = out.describe(header);
     assert_eq!(
         (h.compression(), h.shuffle(), h.wire_len as usize),
-        (Compression::Lz4, Some(ElementSize::Two), out.wire_len)
+        (
+            Compression::Lz4,
+            Some(Shuffle::Bits(ElementSize::Two)),
+            out.wire_len
+        )
     );
     assert_eq!(
         h.checksum, header.checksum,
@@ -395,7 +457,7 @@ fn describe_frames_the_header_of_what_was_sent() {
 #[test]
 fn a_stream_sender_shuffles_only_when_it_compresses_toward_a_peer_that_unshuffles() {
     let p = CodecPlan::decide(&inputs(CodecSite::StreamSender, CompressMode::Lz4));
-    assert!(p.shuffle);
+    assert_eq!(p.shuffle, Unshuffles::BitsAndBytes);
     assert!(p
         .compressor(&p.auto(false))
         .compress_elements(
@@ -406,20 +468,22 @@ fn a_stream_sender_shuffles_only_when_it_compresses_toward_a_peer_that_unshuffle
         .shuffle
         .is_some());
     let p = CodecPlan::decide(&CodecInputs {
-        peer_unshuffles: false,
+        peer_unshuffles: Unshuffles::Nothing,
         ..inputs(CodecSite::StreamSender, CompressMode::Lz4)
     });
-    assert!(!p.shuffle);
+    assert!(!p.shuffle.any());
     let p = CodecPlan::decide(&inputs(CodecSite::StreamSender, CompressMode::None));
-    assert!(!p.shuffle);
+    assert!(!p.shuffle.any());
     // Toward this very host, auto sends raw: nothing to shuffle for.
     let p = CodecPlan::decide(&CodecInputs {
         peer_is_this_host: true,
         ..inputs(CodecSite::StreamSender, CompressMode::Auto)
     });
-    assert!(!p.shuffle);
+    assert!(!p.shuffle.any());
     for site in [CodecSite::Sink, CodecSite::StreamReceiver] {
-        assert!(!CodecPlan::decide(&inputs(site, CompressMode::Lz4)).shuffle);
+        assert!(!CodecPlan::decide(&inputs(site, CompressMode::Lz4))
+            .shuffle
+            .any());
     }
 }
 
@@ -428,22 +492,25 @@ fn a_stream_sender_shuffles_only_when_it_compresses_toward_a_peer_that_unshuffle
 #[test]
 #[ignore = "a measurement: prints the ratios of a whole frame"]
 fn whole_frame_ratios() {
-    for mean in [100.0, 1000.0, 10_000.0] {
+    for mean in [100.0, 1000.0, 3000.0, 10_000.0] {
         let frame = poisson_frame(2560, 2160, mean);
-        let sent = |mode, elem| {
-            let c = round_trip_elements(mode, &frame, elem);
+        let sent = |peer, mode, elem| {
+            let c = round_trip_toward(peer, mode, &frame, elem);
             frame.len() as f64 / c.wire_len as f64
         };
         let two = Some(ElementSize::Two);
+        let (bits, bytes) = (Unshuffles::Bits, Unshuffles::BitsAndBytes);
         println!(
-            "mean {mean}: lz4 {:.3} (sent {:.3}), lz4+shuffle {:.3}, zstd:1 {:.3}, zstd:1+shuffle {:.3}, zstd:3 {:.3}, zstd:3+shuffle {:.3}",
+            "mean {mean}: lz4 {:.3} (sent {:.3}), lz4+bits {:.3}, zstd:1 {:.3}, zstd:1+bits {:.3}, zstd:1+bytes {:.3}, zstd:3 {:.3}, zstd:3+bits {:.3}, zstd:3+bytes {:.3}",
             lz4_ratio(&frame),
-            sent(CompressMode::Lz4, None),
-            sent(CompressMode::Lz4, two),
-            sent(CompressMode::Zstd(1), None),
-            sent(CompressMode::Zstd(1), two),
-            sent(CompressMode::Zstd(3), None),
-            sent(CompressMode::Zstd(3), two),
+            sent(bits, CompressMode::Lz4, None),
+            sent(bits, CompressMode::Lz4, two),
+            sent(bits, CompressMode::Zstd(1), None),
+            sent(bits, CompressMode::Zstd(1), two),
+            sent(bytes, CompressMode::Zstd(1), two),
+            sent(bits, CompressMode::Zstd(3), None),
+            sent(bits, CompressMode::Zstd(3), two),
+            sent(bytes, CompressMode::Zstd(3), two),
         );
     }
 }

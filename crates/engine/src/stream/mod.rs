@@ -44,7 +44,7 @@ pub use recv::{receive_to, Polled, StreamReceiver};
 pub use sluice_session::stream::MAX_RESENDS;
 
 use crate::codec::plan::announce;
-use crate::codec::{CodecInputs, CodecPlan, CodecSite, CompressMode};
+use crate::codec::{CodecInputs, CodecPlan, CodecSite, CompressMode, Unshuffles};
 use crate::error::EngineError;
 use crate::net::tls::{ClientTls, Link};
 use crate::runtime::Runtime;
@@ -80,8 +80,9 @@ pub struct StreamOptions {
     /// Compression per record.
     pub compress: CompressMode,
     /// The size of the elements the stream is made of (`--shuffle`): each record is
-    /// bit-shuffled as such before it is compressed, where it is compressed and the
-    /// receiver un-shuffles (`SHUFFLE`), so that typed data (a detector's 16-bit counts)
+    /// shuffled as such before it is compressed (bits for LZ4; for zstd bytes or bits,
+    /// whichever sends fewer), where it is compressed and the receiver un-shuffles
+    /// (`SHUFFLE`, `BYTE_SHUFFLE`), so that typed data (a detector's 16-bit counts)
     /// compresses. `None`: records are compressed as they are. Records must start at an
     /// element, so `record_bytes` must be a multiple of it.
     pub shuffle: Option<ElementSize>,
@@ -115,7 +116,7 @@ struct Record {
     slot: Slot,
     /// The rest of the record's bytes, sent from the caller's memory (never compressed).
     pinned: Option<PinnedRange>,
-    /// The elements the record is made of, for the bit-shuffle.
+    /// The elements the record is made of, for the shuffle.
     shuffle: Option<ElementSize>,
 }
 
@@ -246,9 +247,9 @@ impl StreamSender {
         let acked = opened.capabilities.contains(Capabilities::CHUNK_ACKS);
         let slots = total_slots(&runtime);
         check_sizes(opts, &runtime, &opened.accept, slots)?;
-        let unshuffles = opened.capabilities.contains(Capabilities::SHUFFLE);
+        let unshuffles = Unshuffles::of(opened.capabilities);
         let codec = stream_codec(&runtime, opts.compress, &opened.data, unshuffles);
-        if opts.shuffle.is_some() && !codec.shuffle && codec.mode != CompressMode::None {
+        if opts.shuffle.is_some() && !codec.shuffle.any() && codec.mode != CompressMode::None {
             tracing::info!("the receiver does not un-shuffle: records are compressed as they are");
         }
         let started = send::start(send::Start {
@@ -297,7 +298,7 @@ impl StreamSender {
 
     /// [`Self::push_with`] of a record made of `elem`-byte elements (the first byte of
     /// the record is an element's first byte), which overrides
-    /// [`StreamOptions::shuffle`]: the record is bit-shuffled as such before it is
+    /// [`StreamOptions::shuffle`]: the record is shuffled as such before it is
     /// compressed, where the stream compresses and the receiver un-shuffles. `None`: it
     /// is compressed as it is.
     ///
@@ -454,7 +455,7 @@ fn stream_codec(
     runtime: &Runtime,
     asked: CompressMode,
     data: &[Link],
-    peer_unshuffles: bool,
+    peer_unshuffles: Unshuffles,
 ) -> CodecPlan {
     CodecPlan::decide(&CodecInputs {
         peer_is_this_host: data

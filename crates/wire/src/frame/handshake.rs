@@ -31,6 +31,10 @@ bitflags_type! {
         /// compressed, [`crate::shuffle`]); a source shuffles only toward a sink that
         /// offers it.
         const SHUFFLE = 1 << 7;
+        /// The sink also un-shuffles chunks flagged `SHUFFLED | BYTE_SHUFFLED`
+        /// (byte-shuffled, [`crate::shuffle::byteshuffle`]); a source byte-shuffles only
+        /// toward a sink that offers it, and bit-shuffles otherwise.
+        const BYTE_SHUFFLE = 1 << 8;
     }
 }
 

@@ -113,7 +113,10 @@ pub fn arb_chunk() -> impl Strategy<Value = Chunk> {
         arb_compression(),
         any::<bool>(),
         any::<prop::sample::Index>(),
-        prop::option::of(prop::sample::select(shuffle::ElementSize::ALL.to_vec())),
+        prop::option::of((
+            prop::sample::select(shuffle::ElementSize::ALL.to_vec()),
+            any::<bool>(),
+        )),
     )
         .prop_map(
             |(file_id, offset, raw_len, checksum, comp, last, w, elem)| {
@@ -123,9 +126,17 @@ pub fn arb_chunk() -> impl Strategy<Value = Chunk> {
                 h.checksum = checksum;
                 let wire_len = u32::try_from(w.index(raw_len as usize)).unwrap() + 1;
                 // Only a compressed chunk may be shuffled.
-                let elem = elem.filter(|_| comp != Compression::None);
+                let shuffle = elem
+                    .filter(|_| comp != Compression::None)
+                    .map(|(e, bytes)| {
+                        if bytes {
+                            shuffle::Shuffle::Bytes(e)
+                        } else {
+                            shuffle::Shuffle::Bits(e)
+                        }
+                    });
                 Chunk {
-                    header: h.compressed(comp, wire_len).shuffled(elem),
+                    header: h.compressed(comp, wire_len).shuffled(shuffle),
                     segments: Vec::new(),
                 }
             },
