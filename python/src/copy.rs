@@ -10,7 +10,7 @@ use sluice_engine::bwlimit::{parse_rate, Pace};
 use sluice_engine::client::{copy as run_copy, CopyConfig, CopyError, Endpoint};
 use sluice_engine::codec::Planner;
 use sluice_engine::stats::Stats;
-use sluice_engine::{CompressMode, Pipeline, SessionOptions};
+use sluice_engine::{CompressMode, Pipeline, Populate, SessionOptions};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,7 +103,7 @@ pub fn copy(
     } else {
         Side::Recv
     };
-    let runtime = spec.runtime(side)?;
+    let runtime = spec.runtime(side, Populate::OnDemand)?;
     let stats = Arc::new(Stats::new());
     let interval = Duration::from_secs_f64(progress_interval.clamp(0.01, 3600.0));
     let result = run_watched(

@@ -100,8 +100,11 @@ impl JobSpec {
         threads
     }
 
-    /// Plans this machine for `side` and allocates the plan's buffer pools.
-    pub fn runtime(&self, side: Side) -> PyResult<Arc<Runtime>> {
+    /// Plans this machine for `side` and allocates the plan's buffer pools, populated
+    /// as `populate` says: at once for a stream's `Sender` and `Receiver`, which cycle
+    /// through their whole pool for as long as they live; on demand for a `copy`, one
+    /// job that may touch two slots of twenty (ARCHITECTURE's "a daemon prefaults").
+    pub fn runtime(&self, side: Side, populate: Populate) -> PyResult<Arc<Runtime>> {
         if self.streams == 0 || self.streams > STREAMS_MAX {
             return Err(usage(format!(
                 "streams={} is out of range: expected 1 to {STREAMS_MAX}",
@@ -128,8 +131,7 @@ impl JobSpec {
         let source: TopologySource = "this".parse().map_err(usage)?;
         let machine = discover(&source).map_err(usage)?;
         let plan = plan(&machine, &job, policy).map_err(usage)?;
-        // One sender or receiver per runtime: pages are allocated as it first uses them.
-        let runtime = Runtime::new(plan, Populate::OnDemand).map_err(crate::errors::engine)?;
+        let runtime = Runtime::new(plan, populate).map_err(crate::errors::engine)?;
         Ok(Arc::new(runtime))
     }
 }

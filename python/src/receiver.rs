@@ -16,7 +16,7 @@ use pyo3::types::PyBytes;
 use sluice_buffers::Slot;
 use sluice_engine::net::tls::ServerTls;
 use sluice_engine::stream::{Loans, Polled, StreamReceiver, StreamSummary};
-use sluice_engine::{EngineError, Runtime};
+use sluice_engine::{EngineError, Populate, Runtime};
 use sluice_wire::Token;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
@@ -115,7 +115,7 @@ impl RawReceiver {
         };
         let tls = server_tls(listen, encrypt, cert_key, state_dir)?;
         let spec = JobSpec::stream(policy, streams, chunk_size, buffer_mem)?;
-        let runtime = spec.runtime(Side::Recv)?;
+        let runtime = spec.runtime(Side::Recv, Populate::Now)?;
         let listener = TcpListener::bind(listen)
             .map_err(|e| engine(EngineError::io(format!("cannot listen on {listen}"), e)))?;
         let address = listener

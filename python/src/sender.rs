@@ -15,7 +15,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use sluice_engine::codec::Planner;
 use sluice_engine::stream::{PinnedBytes, PinnedRange, StreamOptions, StreamSender};
-use sluice_engine::{CompressMode, EngineError};
+use sluice_engine::{CompressMode, EngineError, Populate};
 use sluice_wire::ElementSize;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -79,7 +79,7 @@ impl RawSender {
             .parse()
             .map_err(|e| usage(format!("compress={compress:?}: {e}")))?;
         let spec = JobSpec::stream(policy, streams, chunk_size, buffer_mem)?;
-        let runtime = spec.runtime(Side::Send)?;
+        let runtime = spec.runtime(Side::Send, Populate::Now)?;
         let opts = StreamOptions {
             streams: u16::try_from(streams).unwrap_or(u16::MAX),
             record_bytes: runtime.chunk_bytes(),
