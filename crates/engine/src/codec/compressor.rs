@@ -156,9 +156,10 @@ impl Compressor {
 
     /// [`Self::compress`] of a chunk of `elem`-byte elements (the chunk starting at an
     /// element's first byte): shuffled before it is compressed, where the peer
-    /// un-shuffles ([`Self::with_shuffle`]; [`Self::shuffle_for`] picks the shuffle), so
-    /// that typed data compresses. `auto`'s dry runs then measure the shuffle too. A
-    /// chunk that does not shrink travels raw, unshuffled.
+    /// un-shuffles ([`Self::with_shuffle`]), so that typed data compresses: bits for
+    /// LZ4; for zstd, toward a peer that undoes both, bytes or bits as a trial on a
+    /// sample of every 32nd such chunk found smaller. `auto`'s dry runs then measure the
+    /// shuffle too. A chunk that does not shrink travels raw, unshuffled.
     pub fn compress_elements(
         &mut self,
         chunk: &mut [u8],
