@@ -212,8 +212,8 @@ impl Compressor {
             return Some(shuffle);
         };
         if self.trial_in == 0 {
-            let bytes = self.sample_bytes(codec, chunk, Some(shuffle));
-            let bits = self.sample_bytes(codec, chunk, Some(Shuffle::Bits(e)));
+            let bytes = self.sample_bytes(codec, chunk, shuffle);
+            let bits = self.sample_bytes(codec, chunk, Shuffle::Bits(e));
             self.zstd_bytes = bytes <= bits;
             self.trial_in = SHUFFLE_TRIAL_EVERY;
         }
@@ -232,12 +232,11 @@ impl Compressor {
 
     /// The bytes `codec` makes of a trial's sample of `chunk` put through `shuffle`
     /// first.
-    fn sample_bytes(&mut self, codec: Codec, chunk: &[u8], shuffle: Option<Shuffle>) -> usize {
-        let align = shuffle.map_or(1, |s| s.elem().bytes());
+    fn sample_bytes(&mut self, codec: Codec, chunk: &[u8], shuffle: Shuffle) -> usize {
         let piece = TRIAL_PIECE_BYTES.min(chunk.len());
-        sample_pieces(chunk.len(), TRIAL_PIECES, piece, align)
+        sample_pieces(chunk.len(), TRIAL_PIECES, piece, shuffle.elem().bytes())
             .map(|at| {
-                self.encode_shuffled(codec, &chunk[at..at + piece], shuffle)
+                self.encode_shuffled(codec, &chunk[at..at + piece], Some(shuffle))
                     .map_or(piece, |(_, n)| n)
             })
             .sum()
@@ -349,15 +348,18 @@ impl Compressor {
     }
 }
 
-/// Where `pieces` pieces of `piece` bytes of a `len`-byte chunk start: spread over it,
-/// each at a multiple of `align` (an element's first byte).
+/// Where up to `pieces` pieces of `piece` bytes of a `len`-byte chunk start: spread over
+/// it, each at a multiple of `align` (an element's first byte). Only as many as fit side
+/// by side: on a chunk shorter than all of them, the rest would measure the same bytes
+/// again (a chunk no longer than one piece is one piece, itself).
 fn sample_pieces(
     len: usize,
     pieces: usize,
     piece: usize,
     align: usize,
 ) -> impl Iterator<Item = usize> {
-    debug_assert!(piece <= len && align > 0 && pieces > 0);
+    debug_assert!(piece > 0 && piece <= len && align > 0 && pieces > 0);
+    let pieces = pieces.min(len / piece.max(1)).max(1);
     let step = len / pieces;
     (0..pieces).map(move |k| {
         let at = (k * step).min(len - piece);
@@ -368,6 +370,29 @@ fn sample_pieces(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sample_pieces_lie_in_the_chunk_aligned_and_never_twice() {
+        // (len, pieces, piece, align): room for all, for some, for one; a chunk that is
+        // one piece; odd lengths.
+        for (len, pieces, piece, align) in [
+            (1 << 20, 4, 128 << 10, 2),
+            (300 << 10, 4, 128 << 10, 2),
+            (200_000, 2, 200_000, 4),
+            (200_001, 4, 131_072, 8),
+            (7, 4, 7, 1),
+        ] {
+            let at: Vec<usize> = sample_pieces(len, pieces, piece, align).collect();
+            let fit = (len / piece).clamp(1, pieces);
+            assert_eq!(at.len(), fit, "{len} {pieces} {piece}");
+            for (k, &a) in at.iter().enumerate() {
+                assert!(a + piece <= len && a % align == 0, "{len}: {at:?}");
+                if k > 0 {
+                    assert!(a >= at[k - 1] + piece, "overlap, {len}: {at:?}");
+                }
+            }
+        }
+    }
     use crate::codec::tests::poisson_frame;
 
     #[test]

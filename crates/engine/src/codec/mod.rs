@@ -61,11 +61,12 @@ impl Unshuffles {
         self != Unshuffles::Nothing
     }
 
-    /// The shuffle for a chunk of `elem`-byte elements that `codec` compresses: bytes
-    /// for zstd where the peer undoes them (its entropy coder takes the noisy low bytes
-    /// and the near-constant high bytes each at its own rate: 1.78 against 1.74 with
-    /// bits on the bench's tomography frames), bits otherwise (LZ4 finds only runs,
-    /// which the constant high bit-planes make).
+    /// The first choice of shuffle for a chunk of `elem`-byte elements that `codec`
+    /// compresses: bytes for zstd where the peer undoes them (its entropy coder takes
+    /// the noisy low bytes and the near-constant high bytes each at its own rate: 1.78
+    /// against 1.74 with bits on the bench's tomography frames), bits otherwise (LZ4
+    /// finds only runs, which the constant high bit-planes make). Where it is the
+    /// bytes, the compressor's trial may keep the bits instead (`Compressor::shuffle_for`).
     #[must_use]
     pub fn for_codec(self, codec: Codec, elem: ElementSize) -> Option<Shuffle> {
         match (self, codec) {
