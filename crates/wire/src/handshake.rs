@@ -173,9 +173,17 @@ pub enum HandshakeError {
         /// What the state machine was waiting for.
         state: &'static str,
     },
-    /// The server chose capabilities the client did not offer.
-    #[error("the server chose capabilities that were not offered: {0:?}")]
+    /// The server chose capabilities the client did not offer, or (bound) fewer than
+    /// [`BOUND_CAPABILITIES`] promises.
+    #[error(
+        "the server chose capabilities that were not offered or fewer than it promised: {0:?}"
+    )]
     BadCapabilities(Capabilities),
+    /// A bound handshake's `Welcome` carried another nonce than the TLS session's.
+    #[error(
+        "the daemon selected the bound handshake but its Welcome is not bound to this TLS session"
+    )]
+    Unbound,
     /// The peer sent an `Error` frame.
     #[error("peer reported {code}: {message}")]
     Peer {
@@ -200,6 +208,7 @@ impl HandshakeError {
             | HandshakeError::AuthDowngrade => ErrorCode::AuthFailed,
             HandshakeError::UnexpectedFrame { .. }
             | HandshakeError::BadCapabilities(_)
+            | HandshakeError::Unbound
             | HandshakeError::Finished => ErrorCode::BadFrame,
             HandshakeError::Peer { code, .. } => *code,
         }
@@ -223,10 +232,36 @@ fn peer_error(frame: &Frame) -> Option<HandshakeError> {
     }
 }
 
+/// The ALPN protocol id of a control connection whose handshake is bound to its TLS
+/// session. A server that selects it takes the TLS exporter value ([`BINDING_LABEL`],
+/// 32 bytes, no context) as its `server_nonce`, so the client knows that nonce as soon
+/// as TLS is up and sends `Hello`, `AuthProof` and `Open` in one flight
+/// ([`ClientHandshake::start_bound`]). Selecting it also promises at least
+/// [`BOUND_CAPABILITIES`].
+pub const BOUND_ALPN: &[u8] = b"sluice/1";
+
+/// The TLS exporter label of the bound `server_nonce` (RFC 8446 section 7.5).
+pub const BINDING_LABEL: &[u8] = b"EXPORTER-sluice-v1 handshake";
+
+/// What a server that selects [`BOUND_ALPN`] offers at least: every capability of the
+/// version that introduced it. A client that sends `Open` before `Welcome` builds it
+/// from these; a server offering fewer must not select [`BOUND_ALPN`].
+pub const BOUND_CAPABILITIES: Capabilities = Capabilities::RESUME
+    .union(Capabilities::PACKED)
+    .union(Capabilities::COMPRESS_LZ4)
+    .union(Capabilities::COMPRESS_ZSTD)
+    .union(Capabilities::DIRECT_IO)
+    .union(Capabilities::ADDRESSES)
+    .union(Capabilities::CHUNK_ACKS)
+    .union(Capabilities::SHUFFLE)
+    .union(Capabilities::BYTE_SHUFFLE);
+
 #[derive(Debug, Clone)]
 enum ClientState {
     Start,
     AwaitWelcome,
+    /// `Hello` (and `AuthProof`) went in one flight for this bound `server_nonce`.
+    AwaitBoundWelcome([u8; 32]),
     AwaitAuthOk(Welcome),
     Done,
     Failed,
@@ -264,6 +299,24 @@ impl ClientHandshake {
         }
     }
 
+    /// Appends `Hello` and, with a token, the `AuthProof` for `server_nonce` at once
+    /// (once; later calls append nothing): for a connection whose TLS bound the
+    /// server's nonce ([`BOUND_ALPN`]), so the client need not wait for `Welcome` to
+    /// prove the token. `Welcome` must then carry the same nonce.
+    pub fn start_bound(&mut self, server_nonce: [u8; 32], out: &mut Vec<u8>) {
+        if !matches!(self.state, ClientState::Start) {
+            return;
+        }
+        self.start(out);
+        if let Some(t) = &self.config.token {
+            AuthProof {
+                mac: auth::client_proof(t, &self.client_nonce, &server_nonce),
+            }
+            .encode(out);
+        }
+        self.state = ClientState::AwaitBoundWelcome(server_nonce);
+    }
+
     /// Takes the server's next frame.
     ///
     /// # Errors
@@ -293,38 +346,9 @@ impl ClientHandshake {
             return Err(e);
         }
         match (state, frame) {
-            (ClientState::AwaitWelcome, Frame::Welcome(w)) => {
-                if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&w.version) {
-                    return Err(HandshakeError::UnsupportedVersion {
-                        our_min: MIN_PROTOCOL_VERSION,
-                        our_max: PROTOCOL_VERSION,
-                        peer_min: w.version,
-                        peer_max: w.version,
-                    });
-                }
-                if !self.config.capabilities.contains(w.capabilities) {
-                    return Err(HandshakeError::BadCapabilities(w.capabilities));
-                }
-                match (&self.config.token, w.auth_required) {
-                    (None, false) => {
-                        self.state = ClientState::Done;
-                        Ok(HandshakeStatus::Done(Established::new(
-                            w,
-                            self.client_nonce,
-                            None,
-                        )))
-                    }
-                    (Some(_), false) => Err(HandshakeError::AuthDowngrade),
-                    (None, true) => Err(HandshakeError::TokenRequired),
-                    (Some(t), true) => {
-                        AuthProof {
-                            mac: auth::client_proof(t, &self.client_nonce, &w.server_nonce),
-                        }
-                        .encode(out);
-                        self.state = ClientState::AwaitAuthOk(w.clone());
-                        Ok(HandshakeStatus::InProgress)
-                    }
-                }
+            (ClientState::AwaitWelcome, Frame::Welcome(w)) => self.welcome(w, None, out),
+            (ClientState::AwaitBoundWelcome(nonce), Frame::Welcome(w)) => {
+                self.welcome(w, Some(nonce), out)
             }
             (ClientState::AwaitAuthOk(w), Frame::AuthOk(ok)) => {
                 let Some(t) = &self.config.token else {
@@ -345,10 +369,65 @@ impl ClientHandshake {
                 frame: f.frame_type(),
                 state: match state {
                     ClientState::Start => "not started",
-                    ClientState::AwaitWelcome => "awaiting Welcome",
+                    ClientState::AwaitWelcome | ClientState::AwaitBoundWelcome(_) => {
+                        "awaiting Welcome"
+                    }
                     _ => "awaiting AuthOk",
                 },
             }),
+        }
+    }
+}
+
+impl ClientHandshake {
+    /// The server's `Welcome`; `bound` is the nonce a bound start already proved.
+    fn welcome(
+        &mut self,
+        w: &Welcome,
+        bound: Option<[u8; 32]>,
+        out: &mut Vec<u8>,
+    ) -> Result<HandshakeStatus, HandshakeError> {
+        if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&w.version) {
+            return Err(HandshakeError::UnsupportedVersion {
+                our_min: MIN_PROTOCOL_VERSION,
+                our_max: PROTOCOL_VERSION,
+                peer_min: w.version,
+                peer_max: w.version,
+            });
+        }
+        if !self.config.capabilities.contains(w.capabilities) {
+            return Err(HandshakeError::BadCapabilities(w.capabilities));
+        }
+        if let Some(nonce) = bound {
+            if w.server_nonce != nonce {
+                return Err(HandshakeError::Unbound);
+            }
+            let promised = self.config.capabilities.intersection(BOUND_CAPABILITIES);
+            if !w.capabilities.contains(promised) {
+                return Err(HandshakeError::BadCapabilities(w.capabilities));
+            }
+        }
+        match (&self.config.token, w.auth_required) {
+            (None, false) => {
+                self.state = ClientState::Done;
+                Ok(HandshakeStatus::Done(Established::new(
+                    w,
+                    self.client_nonce,
+                    None,
+                )))
+            }
+            (Some(_), false) => Err(HandshakeError::AuthDowngrade),
+            (None, true) => Err(HandshakeError::TokenRequired),
+            (Some(t), true) => {
+                if bound.is_none() {
+                    AuthProof {
+                        mac: auth::client_proof(t, &self.client_nonce, &w.server_nonce),
+                    }
+                    .encode(out);
+                }
+                self.state = ClientState::AwaitAuthOk(w.clone());
+                Ok(HandshakeStatus::InProgress)
+            }
         }
     }
 }

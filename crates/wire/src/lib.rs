@@ -52,7 +52,7 @@ pub use frame::*;
 pub use fuzzing::fuzz_decode_all;
 pub use handshake::{
     ClientConfig, ClientHandshake, Established, HandshakeError, HandshakeStatus, ServerConfig,
-    ServerHandshake,
+    ServerHandshake, BINDING_LABEL, BOUND_ALPN, BOUND_CAPABILITIES,
 };
 pub use integrity::{
     chunk_checksum, chunk_checksum_parts, chunk_count, chunk_index, chunk_range,

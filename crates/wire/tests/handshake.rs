@@ -21,6 +21,8 @@ struct Pair {
     server_out: Outcome,
     /// Bytes moved per step; 1 exercises every truncation point.
     piece: usize,
+    /// The server nonce a bound client takes from TLS (`start_bound`), if bound.
+    bound: Option<[u8; 32]>,
 }
 
 impl Pair {
@@ -36,12 +38,24 @@ impl Pair {
             client_out: None,
             server_out: None,
             piece: usize::MAX,
+            bound: None,
         }
+    }
+
+    /// A pair whose client starts bound to the server's nonce, as over TLS with
+    /// [`BOUND_ALPN`].
+    fn bound(client_token: Option<&[u8]>, server_token: Option<&[u8]>) -> Pair {
+        let mut p = Pair::new(client_token, server_token);
+        p.bound = Some([0x5E; 32]);
+        p
     }
 
     /// Runs until neither side has anything to say (bounded, like quinn's `drive_bounded`).
     fn drive(&mut self) {
-        self.client.start(&mut self.to_server);
+        match self.bound {
+            Some(nonce) => self.client.start_bound(nonce, &mut self.to_server),
+            None => self.client.start(&mut self.to_server),
+        }
         for _ in 0..10_000 {
             let moved_s = deliver(&mut self.to_server, &mut self.server_in, self.piece);
             for f in self.server_in.by_ref() {
@@ -468,4 +482,87 @@ fn join_refusals() {
         cj.handle(&Frame::CloseAck(CloseAck)),
         Err(JoinError::UnexpectedFrame(FrameType::CloseAck))
     ));
+}
+
+#[test]
+fn a_bound_client_proves_its_token_in_its_first_flight() {
+    for piece in [1, 7, 33, usize::MAX] {
+        let mut p = Pair::bound(Some(b"s3cret"), Some(b"s3cret"));
+        p.piece = piece;
+        p.client.start_bound([0x5E; 32], &mut p.to_server);
+        let first: Vec<FrameType> = decode_all(&p.to_server)
+            .iter()
+            .map(Frame::frame_type)
+            .collect();
+        assert_eq!(first, [FrameType::Hello, FrameType::AuthProof]);
+        p.drive();
+        let (c, s) = p.both_done();
+        assert!(c.authenticated() && s.authenticated());
+        assert_eq!(c, s);
+        assert_eq!(c.server_nonce, [0x5E; 32]);
+    }
+}
+
+#[test]
+fn a_bound_client_without_a_token_sends_hello_alone_and_finishes_at_welcome() {
+    let mut p = Pair::bound(None, None);
+    p.client.start_bound([0x5E; 32], &mut p.to_server);
+    assert_eq!(decode_all(&p.to_server).len(), 1);
+    p.drive();
+    let (c, s) = p.both_done();
+    assert_eq!(c, s);
+    assert!(!c.authenticated());
+}
+
+#[test]
+fn a_bound_client_with_the_wrong_token_is_refused_by_the_server() {
+    let mut p = Pair::bound(Some(b"guess"), Some(b"s3cret"));
+    p.drive();
+    assert_eq!(p.server_out, Some(Err(HandshakeError::ClientAuthFailed)));
+    match &p.client_out {
+        Some(Err(HandshakeError::Peer { code, .. })) => assert_eq!(*code, ErrorCode::AuthFailed),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_welcome_not_bound_to_the_tls_session_is_refused() {
+    // The server's nonce is its own random one, not the TLS exporter's: the proof the
+    // client sent does not verify, and the client refuses the Welcome before that.
+    let mut p = Pair::bound(Some(b"s3cret"), Some(b"s3cret"));
+    p.bound = Some([0x77; 32]);
+    p.drive();
+    assert_eq!(p.client_out, Some(Err(HandshakeError::Unbound)));
+    let mut p = Pair::bound(None, None);
+    p.bound = Some([0x77; 32]);
+    p.drive();
+    assert_eq!(p.client_out, Some(Err(HandshakeError::Unbound)));
+}
+
+#[test]
+fn a_bound_server_offering_less_than_it_promised_is_refused() {
+    let mut p = Pair::bound(None, None);
+    p.server = ServerHandshake::new(
+        ServerConfig {
+            capabilities: BOUND_CAPABILITIES.intersection(Capabilities::from_bits_retain(!1)),
+            token: None,
+        },
+        [0x5E; 32],
+    );
+    p.drive();
+    assert!(matches!(
+        p.client_out,
+        Some(Err(HandshakeError::BadCapabilities(_)))
+    ));
+    // Unbound, the same server is fine: the client adapts its Open to the Welcome.
+    let mut p = Pair::new(None, None);
+    p.server = ServerHandshake::new(
+        ServerConfig {
+            capabilities: BOUND_CAPABILITIES.intersection(Capabilities::from_bits_retain(!1)),
+            token: None,
+        },
+        [0x5E; 32],
+    );
+    p.drive();
+    p.both_done();
 }

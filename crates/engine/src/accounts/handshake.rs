@@ -12,7 +12,7 @@
 
 use super::{Account, Accounts};
 use crate::error::EngineError;
-use crate::net::handshake::{random, server_handshake as one_token_handshake};
+use crate::net::handshake::{random, server_handshake as one_token_handshake, server_nonce};
 use crate::transport::{FrameReader, FrameWriter};
 use sluice_wire::{
     ErrorCode, ErrorFrame, Established, Frame, HandshakeError, HandshakeStatus, ServerConfig,
@@ -59,7 +59,7 @@ pub fn server_handshake(
         let _ = writer.send(&ErrorFrame::new(ErrorCode::BadFrame, "expected Hello"));
         return Err(refused(reader, ErrorCode::BadFrame, "expected Hello"));
     };
-    let nonce: [u8; 32] = random()?;
+    let nonce = server_nonce(writer)?;
     let decoy =
         Token::new(random::<32>()?.to_vec()).map_err(|e| EngineError::Config(e.to_string()))?;
     let mut hs = ServerHandshake::new(ServerConfig::new(Some(decoy)), nonce);

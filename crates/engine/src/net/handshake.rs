@@ -5,7 +5,7 @@ use super::transport::{FrameReader, FrameWriter};
 use crate::error::EngineError;
 use sluice_wire::{
     Capabilities, ClientConfig, ClientHandshake, Codec, Established, Frame, HandshakeError,
-    HandshakeStatus, ServerConfig, ServerHandshake, Token,
+    HandshakeStatus, ServerConfig, ServerHandshake, Token, BOUND_CAPABILITIES,
 };
 use std::time::Duration;
 
@@ -76,13 +76,17 @@ pub fn client_handshake(
 /// client's `AuthProof` at once (a client's `Open`).
 pub(crate) type Early<'a> = &'a dyn Fn(Capabilities) -> Frame;
 
-/// [`client_handshake`], sending `early`'s frame right behind `AuthProof` in the same
-/// write instead of after the server's `AuthOk` (one round trip less). Only for a
-/// connection whose server TLS already authenticated: the frame reaches the server
-/// before its proof is checked. A server that refuses the proof never reads the frame
-/// and answers `AuthFailed`, the same refusal as without it; the client still checks
-/// `AuthOk` before it acts on any answer. Returns whether the frame went (it does not
-/// when the server asks for no proof: then it has to wait for `Welcome` anyway).
+/// [`client_handshake`], sending `early`'s frame (a client's `Open`) before the
+/// server's `AuthOk`. Only for a connection whose server TLS already authenticated:
+/// the frame reaches the server before the client's proof is checked. A server that
+/// refuses the proof never reads the frame and answers `AuthFailed`, the same refusal
+/// as without it; the client still checks `AuthOk` before it acts on any answer.
+///
+/// Where the TLS session binds the server's nonce ([`FrameWriter::binding`]), `Hello`,
+/// `AuthProof` and the frame go in one flight, built for [`BOUND_CAPABILITIES`] (two
+/// round trips less than waiting for `Welcome` and then `AuthOk`). Otherwise the frame
+/// goes right behind `AuthProof`, after `Welcome` (one less), or, when the server asks
+/// for no proof, not at all. Returns whether the frame went.
 ///
 /// # Errors
 /// As [`client_handshake`].
@@ -92,17 +96,28 @@ pub(crate) fn client_handshake_early(
     token: Option<Token>,
     early: Option<Early<'_>>,
 ) -> Result<(Established, bool), EngineError> {
-    let mut hs = ClientHandshake::new(ClientConfig::new(token), random()?);
+    let config = ClientConfig::new(token);
+    let bound_caps = config.capabilities.intersection(BOUND_CAPABILITIES);
+    let mut hs = ClientHandshake::new(config, random()?);
     let mut out = Vec::new();
-    hs.start(&mut out);
-    writer.send_raw(&out)?;
     let mut sent = false;
+    match writer.binding() {
+        Some(nonce) => {
+            hs.start_bound(nonce, &mut out);
+            if let Some(build) = early {
+                build(bound_caps).encode(&mut out);
+                sent = true;
+            }
+        }
+        None => hs.start(&mut out),
+    }
+    writer.send_raw(&out)?;
     loop {
         let frame = next_frame(reader, "handshaking")?;
         out.clear();
         let status = hs.handle(&frame, &mut out);
-        if let (Some(build), Frame::Welcome(w), Ok(HandshakeStatus::InProgress)) =
-            (early, &frame, &status)
+        if let (Some(build), Frame::Welcome(w), Ok(HandshakeStatus::InProgress), false) =
+            (early, &frame, &status, sent)
         {
             debug_assert!(
                 !out.is_empty(),
@@ -121,6 +136,19 @@ pub(crate) fn client_handshake_early(
     }
 }
 
+/// The server's nonce for the handshake on `writer`'s connection: the one its TLS
+/// session binds where the client asked for that ([`sluice_wire::BOUND_ALPN`]), else
+/// fresh random bytes.
+///
+/// # Errors
+/// The system's random source failed.
+pub(crate) fn server_nonce(writer: &FrameWriter) -> Result<[u8; 32], EngineError> {
+    match writer.binding() {
+        Some(nonce) => Ok(nonce),
+        None => random(),
+    }
+}
+
 /// Runs the server handshake; `first` is the client's `Hello`, already read. The
 /// state machine answers its own failures with an `Error` frame
 /// ([`EngineError::Handshake`]); other errors have told the peer nothing.
@@ -133,7 +161,7 @@ pub fn server_handshake(
     writer: &mut FrameWriter,
     token: Option<Token>,
 ) -> Result<Established, EngineError> {
-    let mut hs = ServerHandshake::new(ServerConfig::new(token), random()?);
+    let mut hs = ServerHandshake::new(ServerConfig::new(token), server_nonce(writer)?);
     let mut out = Vec::new();
     let mut frame = first;
     loop {

@@ -263,6 +263,11 @@ impl FrameWriter {
         self.stream.is_tls()
     }
 
+    /// The server nonce the connection's TLS session binds ([`Link::binding`]).
+    pub fn binding(&self) -> Option<[u8; 32]> {
+        self.stream.binding()
+    }
+
     /// The fingerprint of the certificate the peer presented (a TLS client's link).
     pub fn peer_fingerprint(&self) -> Option<super::tls::Fingerprint> {
         self.stream.peer_fingerprint()

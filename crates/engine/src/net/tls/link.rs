@@ -49,6 +49,10 @@ struct RxBuf {
 
 /// The TLS state every clone of a link shares.
 struct Shared {
+    /// The handshake's bound server nonce, when the peers agreed on
+    /// [`sluice_wire::BOUND_ALPN`]: the TLS exporter's value for
+    /// [`sluice_wire::BINDING_LABEL`].
+    binding: Option<[u8; 32]>,
     conn: Mutex<Connection>,
     rx: Mutex<RxBuf>,
     tx: Mutex<Vec<u8>>,
@@ -67,6 +71,18 @@ impl std::fmt::Debug for Link {
             .field("tls", &self.tls.is_some())
             .finish()
     }
+}
+
+/// The exporter value that binds the sluice handshake to `conn`'s TLS session, if the
+/// peers selected [`sluice_wire::BOUND_ALPN`].
+fn binding(conn: &Connection) -> io::Result<Option<[u8; 32]>> {
+    if conn.alpn_protocol() != Some(sluice_wire::BOUND_ALPN) {
+        return Ok(None);
+    }
+    let out = conn
+        .export_keying_material([0u8; 32], sluice_wire::BINDING_LABEL, None)
+        .map_err(tls_error)?;
+    Ok(Some(out))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -116,7 +132,9 @@ impl Link {
             conn.write_tls(&mut io)?;
         }
         conn.set_buffer_limit(Some(TX_BATCH_BYTES));
+        let binding = binding(&conn)?;
         let shared = Shared {
+            binding,
             conn: Mutex::new(conn),
             rx: Mutex::new(RxBuf {
                 buf: vec![0; RX_FIRST_BYTES],
@@ -135,6 +153,13 @@ impl Link {
     /// Whether the link is encrypted.
     pub fn is_tls(&self) -> bool {
         self.tls.is_some()
+    }
+
+    /// The server nonce this connection's TLS session binds, when both ends agreed on
+    /// the bound handshake ([`sluice_wire::BOUND_ALPN`]); `None` in clear text or with
+    /// a peer that did not offer it.
+    pub fn binding(&self) -> Option<[u8; 32]> {
+        self.tls.as_ref()?.binding
     }
 
     /// The socket (timeouts, options, addresses).

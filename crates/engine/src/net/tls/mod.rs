@@ -120,6 +120,9 @@ impl ServerTls {
             .with_single_cert(identity.certs.clone(), identity.key.clone_key())
             .map_err(bad)?;
         config.send_tls13_tickets = 0;
+        // Binds the handshake to the TLS session: the client proves its token in its
+        // first flight (protocol.md, "Handshake").
+        config.alpn_protocols = vec![sluice_wire::BOUND_ALPN.to_vec()];
         // AES-128-GCM first whatever the client prefers (OpenSSL asks for AES-256).
         config.ignore_client_order = true;
         Ok(ServerTls {
@@ -145,6 +148,16 @@ impl ServerTls {
     /// Its clear-text policy.
     pub fn encrypt(&self) -> Encrypt {
         self.encrypt
+    }
+
+    /// The same server without the bound handshake (as a daemon of a version before
+    /// it): tests of the fallback.
+    #[cfg(test)]
+    pub(crate) fn unbound(mut self) -> ServerTls {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols.clear();
+        self.config = Arc::new(config);
+        self
     }
 
     /// Its rustls configuration (the HTTP face clones it to add ALPN).

@@ -177,12 +177,15 @@ fn client_config(
     provider: Arc<CryptoProvider>,
     verifier: Arc<dyn ServerCertVerifier>,
 ) -> Result<Arc<ClientConfig>, EngineError> {
-    let config = ClientConfig::builder_with_provider(provider)
+    let mut config = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| EngineError::Config(format!("TLS: {e}")))?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
+    // Offered, not required: a daemon that does not select it gets the unbound
+    // handshake, a round trip longer.
+    config.alpn_protocols = vec![sluice_wire::BOUND_ALPN.to_vec()];
     Ok(Arc::new(config))
 }
 
