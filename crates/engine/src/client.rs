@@ -390,6 +390,7 @@ fn start_session(
         control_stream: opened.writer.stream_clone()?,
         reader: opened.reader,
         data: opened.data,
+        joining: opened.joining,
     };
     Ok(Started { conns, opts })
 }

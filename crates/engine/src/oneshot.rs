@@ -117,6 +117,7 @@ pub fn serve_one(listener: &TcpListener, cfg: &OneShotConfig) -> Result<Summary,
         control_stream: writer.stream_clone()?,
         reader,
         data,
+        joining: Vec::new(),
     };
     run_role(role, &cfg.runtime, &opts, opts.chunk_bytes, conns, &stats)?;
     Ok(stats.summary(cfg.runtime.plan()))
@@ -293,7 +294,7 @@ fn join_one(
     encrypted: bool,
 ) -> Result<(u16, Link), EngineError> {
     let (mut reader, mut w) = accept::incoming(s, tls)?;
-    let first = reader.next("joining")?;
+    let first = reader.first("joining")?;
     accept::admit(&reader, &mut w, tls)?;
     if encrypted && !reader.is_tls() {
         accept::refuse_clear(&reader, &mut w, accept::ENCRYPTED_SESSION)?;

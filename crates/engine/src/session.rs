@@ -20,7 +20,7 @@ use crate::stats::Stats;
 use crate::transport::{ChunkReceiver, ChunkSender, FrameReader};
 use crate::SessionOptions;
 use sluice_placement::Role as PlanRole;
-use sluice_wire::{ErrorFrame, Frame, RelPath};
+use sluice_wire::{ClientJoin, ErrorFrame, Frame, RelPath};
 use std::sync::Arc;
 
 /// Where the sink puts what arrives: under `base`, with the top-level name replaced by
@@ -165,6 +165,9 @@ pub(crate) struct Connections {
     pub control_stream: Link,
     /// The data connections in stream order.
     pub data: Vec<Link>,
+    /// A source client's `Join`s whose answers are still to be read, by stream (may be
+    /// shorter than `data`; see [`crate::net::connect::Opened::joining`]).
+    pub joining: Vec<Option<ClientJoin>>,
 }
 
 /// Runs one side of a session once its connections are up, counting into `stats`. A
@@ -183,6 +186,7 @@ pub(crate) fn run_role(
         reader,
         control_stream,
         data: conns,
+        joining,
     } = conns;
     // This thread is the session's master (seed 000's MT): it and the control-plane
     // threads it starts (reader, writer, scanner) run where the plan puts control 0.
@@ -205,6 +209,10 @@ pub(crate) fn run_role(
     };
     let result = match role {
         Role::Sink { root, dest } => {
+            debug_assert!(
+                joining.iter().all(Option::is_none),
+                "a sink reads its joins"
+            );
             let conns = conns
                 .into_iter()
                 .map(|c| ChunkReceiver::new(c, chunk_bytes))
@@ -212,7 +220,12 @@ pub(crate) fn run_role(
             crate::sink::run(runtime, root, dest, opts, wiring, conns)
         }
         Role::Source(spec) => {
-            let conns = conns.into_iter().map(ChunkSender::new).collect();
+            let joining = joining.into_iter().chain(std::iter::repeat_with(|| None));
+            let conns = conns
+                .into_iter()
+                .zip(joining)
+                .map(|(c, j)| ChunkSender::new(c).joining(j))
+                .collect();
             crate::source::run(runtime, spec, opts, wiring, conns)
         }
     };

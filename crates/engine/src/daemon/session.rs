@@ -107,6 +107,7 @@ impl Daemon {
                 reader: std::mem::replace(reader, FrameReader::new(writer.stream_clone()?)),
                 control_stream: writer.stream_clone()?,
                 data,
+                joining: Vec::new(),
             };
             // run_role reports its own failure on the control connection.
             told.set(true);

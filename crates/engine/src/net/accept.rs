@@ -95,9 +95,11 @@ pub fn read_first(
     reader: &mut FrameReader,
     writer: &mut FrameWriter,
 ) -> Result<Option<Frame>, EngineError> {
-    reader.next("waiting for the first frame").inspect_err(|e| {
-        let _ = writer.send(&ErrorFrame::new(e.code(), e.to_string()));
-    })
+    reader
+        .first("waiting for the first frame")
+        .inspect_err(|e| {
+            let _ = writer.send(&ErrorFrame::new(e.code(), e.to_string()));
+        })
 }
 
 /// The client's `Open`, after the handshake; `Ok(None)` when it closed instead.
@@ -201,7 +203,7 @@ pub fn accept_join(
         .accept()
         .map_err(|e| EngineError::io("accepting a data connection", e))?;
     let (mut reader, mut writer) = incoming(s, tls)?;
-    let first = reader.next("joining")?;
+    let first = reader.first("joining")?;
     admit(&reader, &mut writer, tls)?;
     if encrypted && !reader.is_tls() {
         refuse_clear(&reader, &mut writer, ENCRYPTED_SESSION)?;

@@ -10,7 +10,8 @@ use super::transport::{self, FrameReader, FrameWriter};
 use crate::error::EngineError;
 use crossbeam_channel::Receiver;
 use sluice_wire::{
-    Accept, Addresses, Capabilities, ClientJoin, ErrorCode, Established, Frame, Open, Token,
+    Accept, Addresses, Capabilities, ClientJoin, Direction, ErrorCode, Established, Frame, Open,
+    Token,
 };
 use std::net::TcpStream;
 use std::time::Duration;
@@ -29,8 +30,13 @@ pub struct Opened {
     pub writer: FrameWriter,
     /// What the daemon accepted.
     pub accept: Accept,
-    /// The data connections, joined.
+    /// The data connections, joined, or with their `Join` sent.
     pub data: Vec<Link>,
+    /// For each data connection, its `Join` when the answer is still to be read (a
+    /// source's, with `CHUNKS_AFTER_JOIN`: [`ChunkSender::joining`]).
+    ///
+    /// [`ChunkSender::joining`]: super::transport::ChunkSender::joining
+    pub joining: Vec<Option<ClientJoin>>,
     /// The capabilities both sides agreed on.
     pub capabilities: Capabilities,
     /// The fingerprint of the certificate the daemon presented (None: clear text).
@@ -56,6 +62,7 @@ pub fn open_session(
 ) -> Result<Opened, EngineError> {
     let hosts: Vec<&str> = addrs.split(',').filter(|a| !a.is_empty()).collect();
     let addr = hosts.first().copied().unwrap_or(addrs);
+    let direction = open.direction;
     let (link, dial) = dial_control(addr, tls)?;
     // The first group of data connections is dialled while the control handshake runs
     // (TLS only: a refused clear-text connection would show only at its `Join`).
@@ -76,8 +83,13 @@ pub fn open_session(
         dial: dial.as_ref(),
         accept: &accept,
         key: &key,
+        chunks_after_join: direction == Direction::Push
+            && est.capabilities.contains(Capabilities::CHUNKS_AFTER_JOIN),
     };
-    let data = dials.join_all(&mut early)?;
+    let (data, joining) = dials
+        .join_all(&mut early)?
+        .into_iter()
+        .unzip::<_, _, Vec<_>, Vec<_>>();
     debug_assert_eq!(data.len(), usize::from(accept.streams()));
     reader
         .set_timeout(None)
@@ -87,6 +99,7 @@ pub fn open_session(
         writer,
         accept,
         data,
+        joining,
         capabilities: est.capabilities,
         fingerprint,
     })
@@ -125,18 +138,23 @@ struct Dials<'a> {
     dial: Option<&'a DataDial>,
     accept: &'a Accept,
     key: &'a [u8; 32],
+    /// Whether each connection's `Joined` is left for its chunk sender to read.
+    chunks_after_join: bool,
 }
+
+/// A data connection and, if its answer is left to be read, its `Join`.
+type Joining = (Link, Option<ClientJoin>);
 
 impl Dials<'_> {
     /// Every data connection of the session, in stream order, [`JOINS_AT_ONCE`] at a
     /// time, taking those dialled `early` where they fit; the first failure in stream
     /// order is the error.
-    fn join_all(&self, early: &mut Predialled) -> Result<Vec<Link>, EngineError> {
+    fn join_all(&self, early: &mut Predialled) -> Result<Vec<Joining>, EngineError> {
         let indexes: Vec<u16> = (0..self.accept.streams()).collect();
         let mut data = Vec::with_capacity(indexes.len());
         for group in indexes.chunks(usize::from(JOINS_AT_ONCE)) {
             let ahead: Vec<_> = group.iter().map(|&i| (i, early.take(i))).collect();
-            let joined: Vec<Result<Link, EngineError>> = std::thread::scope(|s| {
+            let joined: Vec<Result<Joining, EngineError>> = std::thread::scope(|s| {
                 let handles: Vec<_> = ahead
                     .into_iter()
                     .map(|(i, rx)| s.spawn(move || self.join_one(i, rx)))
@@ -161,7 +179,7 @@ impl Dials<'_> {
 
     /// Data connection `i`: the one dialled ahead when it fits, else connected and
     /// secured now; then joined.
-    fn join_one(&self, i: u16, ahead: Option<Receiver<Dialled>>) -> Result<Link, EngineError> {
+    fn join_one(&self, i: u16, ahead: Option<Receiver<Dialled>>) -> Result<Joining, EngineError> {
         let (link, to) = match ahead.and_then(|rx| self.fitting(i, rx.recv().ok()?)) {
             Some(dialled) => dialled,
             None => {
@@ -174,7 +192,11 @@ impl Dials<'_> {
             }
         };
         crate::fault::stall_join(i);
-        join_data(link, &to, self.accept, self.key, i)
+        if self.chunks_after_join {
+            let join = send_join(&link, &to, self.accept, self.key, i)?;
+            return Ok((link, Some(join)));
+        }
+        Ok((join_data(link, &to, self.accept, self.key, i)?, None))
     }
 
     /// A connection dialled ahead for stream `i`, if it went where stream `i` should
@@ -282,8 +304,23 @@ pub(crate) fn join_data(
     key: &[u8; 32],
     i: u16,
 ) -> Result<Link, EngineError> {
+    let mut join = send_join(&s, addr, accept, key, i)?;
+    let mut s = s;
+    transport::await_joined(&mut s, &mut join, HANDSHAKE_TIMEOUT)?;
+    Ok(s)
+}
+
+/// Sends data connection `i`'s `Join` (the connection already connected to `addr`),
+/// returning it for its answer.
+fn send_join(
+    s: &Link,
+    addr: &str,
+    accept: &Accept,
+    key: &[u8; 32],
+    i: u16,
+) -> Result<ClientJoin, EngineError> {
     transport::tune(s.stream(), true).map_err(|e| EngineError::io("configuring a socket", e))?;
-    let mut join = ClientJoin::new(accept, key, i).map_err(|e| handshake_error(addr, e))?;
+    let join = ClientJoin::new(accept, key, i).map_err(|e| handshake_error(addr, e))?;
     let mut out = Vec::new();
     join.start(&mut out);
     let mut w = FrameWriter::new(
@@ -291,24 +328,7 @@ pub(crate) fn join_data(
             .map_err(|e| EngineError::io("cloning a socket", e))?,
     );
     w.send_raw(&out)?;
-    let mut s = s;
-    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
-        .map_err(|e| EngineError::io("setting a timeout", e))?;
-    let frame =
-        transport::read_one_frame(&mut s, "joining")?.ok_or_else(|| EngineError::Disconnected {
-            peer: addr.to_string(),
-            state: "joining".into(),
-        })?;
-    if let Frame::Error(e) = &frame {
-        return Err(EngineError::Remote {
-            code: e.code,
-            message: e.message.clone(),
-        });
-    }
-    join.handle(&frame).map_err(|e| handshake_error(addr, e))?;
-    s.set_read_timeout(None)
-        .map_err(|e| EngineError::io("clearing a timeout", e))?;
-    Ok(s)
+    Ok(join)
 }
 
 /// The next frame on the control connection, taken by `want` (which hands back any

@@ -6,9 +6,11 @@ use super::accept;
 use super::connect::open_session;
 use super::flights::FlightProxy;
 use super::tls::{ClientTls, Encrypt, Link, ServerTls, Trust};
+use super::transport::{ChunkReceiver, ChunkSender, DataEvent};
 use crate::error::EngineError;
 use sluice_wire::{
-    Direction, ErrorCode, Frame, JoinTable, Open, OpenOptions, Token, MIN_CHUNK_BYTES,
+    Capabilities, ChunkHeader, Direction, ErrorCode, Frame, JoinTable, Open, OpenOptions, Segment,
+    Token, MIN_CHUNK_BYTES,
 };
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -21,24 +23,18 @@ type Served = Result<(Open, Vec<Link>), EngineError>;
 /// Serves one session on `listener` like the daemon: every connection on a thread of
 /// its own from the moment it is accepted (data connections may arrive before the
 /// session is opened). Returns the `Open` and the data connections in stream order.
-fn serve_concurrently(
-    listener: TcpListener,
-    token: Option<Token>,
-    streams: u16,
-    tls: ServerTls,
-) -> Served {
-    serve_refusing(listener, token, streams, tls, 0)
-}
-
-/// [`serve_concurrently`], closing the first `refuse` data connections at once (as a
-/// daemon at its limit of unauthenticated connections per address does) and sending
-/// `Accept` only once it has: those are the ones the client dialled ahead.
+///
+/// It closes the first `refuse` data connections at once (as a daemon at its limit of
+/// unauthenticated connections per address does) and sends `Accept` only once it has:
+/// those are the ones the client dialled ahead. With `wrong_key` its join table checks
+/// `Join`s against another key than the client's.
 fn serve_refusing(
     listener: TcpListener,
     token: Option<Token>,
     streams: u16,
     tls: ServerTls,
     refuse: usize,
+    wrong_key: bool,
 ) -> Served {
     let table: Table = Arc::new(Mutex::new(None));
     let (tx, rx) = crossbeam_channel::unbounded();
@@ -71,7 +67,10 @@ fn serve_refusing(
             .expect("a connection dialled ahead");
     }
     let accept = accept::new_accept(streams, MIN_CHUNK_BYTES)?;
-    let key = est.join_key(&accept.session_secret);
+    let mut key = est.join_key(&accept.session_secret);
+    if wrong_key {
+        key[0] ^= 1;
+    }
     *table.lock().expect("the table") = Some(JoinTable::new(&accept, key));
     accept::send_accept(
         &mut writer,
@@ -81,7 +80,9 @@ fn serve_refusing(
     )?;
     let mut conns: Vec<Option<Link>> = (0..streams).map(|_| None).collect();
     for _ in 0..streams {
-        let (i, link) = rx.recv().expect("a join's outcome")?;
+        let (i, link) = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("a join's outcome")?;
         assert!(conns[usize::from(i)].replace(link).is_none(), "{i} twice");
     }
     Ok((open, conns.into_iter().flatten().collect()))
@@ -94,7 +95,7 @@ fn join_one(
     tls: &ServerTls,
 ) -> Result<(u16, Link), EngineError> {
     let (mut reader, mut writer) = accept::incoming(conn, tls)?;
-    let Some(Frame::Join(join)) = reader.next("joining")? else {
+    let Some(Frame::Join(join)) = reader.first("joining")? else {
         return Err(EngineError::Aborted("expected Join".into()));
     };
     let mut out = Vec::new();
@@ -128,6 +129,20 @@ fn open_through_proxy(
     Result<super::connect::Opened, EngineError>,
     Served,
 ) {
+    open_through_proxy_keyed(client_token, streams, bound, false)
+}
+
+/// [`open_through_proxy`], the server's join table keyed wrongly when `wrong_key`.
+fn open_through_proxy_keyed(
+    client_token: &[u8],
+    streams: u16,
+    bound: bool,
+    wrong_key: bool,
+) -> (
+    FlightProxy,
+    Result<super::connect::Opened, EngineError>,
+    Served,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let proxy = FlightProxy::start(listener.local_addr().expect("addr"));
     let mut server = ServerTls::ephemeral(Encrypt::Always).expect("an identity");
@@ -139,8 +154,9 @@ fn open_through_proxy(
         trust: Trust::Pinned(server.fingerprint()),
     };
     let token = Token::new(b"secret".to_vec()).expect("a token");
-    let served =
-        std::thread::spawn(move || serve_concurrently(listener, Some(token), streams, server));
+    let served = std::thread::spawn(move || {
+        serve_refusing(listener, Some(token), streams, server, 0, wrong_key)
+    });
     let theirs = Token::new(client_token.to_vec()).expect("a token");
     let addr = proxy.addr().to_string();
     let opened = open_session(&addr, Some(theirs), open_frame(streams), &client);
@@ -233,8 +249,93 @@ fn data_connections_refused_while_dialled_ahead_are_dialled_again() {
     let token = Token::new(b"secret".to_vec()).expect("a token");
     let theirs = token.clone();
     // Both of the client's connections dialled ahead are closed unanswered.
-    let served = std::thread::spawn(move || serve_refusing(listener, Some(token), 2, server, 2));
+    let served =
+        std::thread::spawn(move || serve_refusing(listener, Some(token), 2, server, 2, false));
     let opened = open_session(&addr, Some(theirs), open_frame(2), &client).expect("opened");
     let (_, data) = served.join().expect("the server thread").expect("served");
     assert_eq!((opened.data.len(), data.len()), (2, 2));
+}
+
+fn chunk_of(payload: &[u8]) -> ChunkHeader {
+    let len = u32::try_from(payload.len()).expect("a chunk's length");
+    ChunkHeader {
+        file_id: 1,
+        offset: 0,
+        raw_len: len,
+        wire_len: len,
+        flags: sluice_wire::ChunkFlags::EMPTY,
+        checksum: sluice_wire::chunk_checksum(payload),
+        segments: 0,
+    }
+}
+
+/// A source's data connections carry their first chunk right behind `Join`: the
+/// server reads the `Join` exactly, so the chunk arrives whole behind it, and the
+/// sender reads and checks `Joined` after its write.
+#[test]
+fn a_chunk_sent_right_behind_join_arrives_whole() {
+    let (_proxy, opened, served) = open_through_proxy(b"secret", 2, true);
+    let opened = opened.expect("opened");
+    assert!(opened
+        .capabilities
+        .contains(Capabilities::CHUNKS_AFTER_JOIN));
+    assert!(
+        opened.joining.iter().all(Option::is_some),
+        "no Joined waited for"
+    );
+    let payload: Vec<u8> = (0..1_000_003u32).map(|i| (i * 13 % 251) as u8).collect();
+    let (_, data) = served.expect("served");
+    let receivers: Vec<_> = data
+        .into_iter()
+        .map(|link| {
+            std::thread::spawn(move || {
+                let mut rx = ChunkReceiver::new(link, 4 << 20);
+                let DataEvent::Chunk(h) = rx.next_event().expect("an event") else {
+                    panic!("not a chunk")
+                };
+                let mut slot = vec![0u8; h.wire_len as usize];
+                rx.payload(&mut slot).expect("the payload");
+                slot
+            })
+        })
+        .collect();
+    for (link, join) in opened.data.into_iter().zip(opened.joining) {
+        let mut tx = ChunkSender::new(link).joining(join);
+        tx.send(&chunk_of(&payload), &[] as &[Segment], &payload)
+            .expect("sent, and Joined checked");
+        tx.shutdown();
+    }
+    for r in receivers {
+        assert_eq!(r.join().expect("a receiver"), payload);
+    }
+}
+
+/// A `Join` the server refuses, with a chunk already sent behind it: the sender
+/// reports the server's refusal, not a broken pipe.
+#[test]
+fn a_refused_join_behind_which_a_chunk_went_reports_the_refusal() {
+    let (_proxy, opened, served) = open_through_proxy_keyed(b"secret", 1, true, true);
+    let opened = opened.expect("opened: its Join is not waited for");
+    let payload = vec![7u8; 64 << 10];
+    let (link, join) = opened
+        .data
+        .into_iter()
+        .zip(opened.joining)
+        .next()
+        .expect("one data connection");
+    let mut tx = ChunkSender::new(link).joining(join);
+    let err = tx
+        .send(&chunk_of(&payload), &[] as &[Segment], &payload)
+        .expect_err("refused");
+    assert!(
+        matches!(
+            err,
+            EngineError::Remote {
+                code: ErrorCode::JoinRejected,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(served.is_err(), "the server saw its join refused");
 }

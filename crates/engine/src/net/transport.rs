@@ -8,8 +8,8 @@
 use super::tls::Link;
 use crate::error::EngineError;
 use sluice_wire::{
-    ChunkHeader, Codec, Frame, FrameDecoder, FrameHeader, FrameType, Segment, CHUNK_HEADER_BYTES,
-    FRAME_HEADER_BYTES,
+    ChunkHeader, ClientJoin, Codec, Frame, FrameDecoder, FrameHeader, FrameType, Segment,
+    CHUNK_HEADER_BYTES, FRAME_HEADER_BYTES,
 };
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
@@ -81,6 +81,38 @@ pub fn read_one_frame(stream: &mut Link, state: &str) -> Result<Option<Frame>, E
     Ok(Some(frame))
 }
 
+/// Reads the daemon's answer to `join`, sent earlier on `stream`, and checks it: the
+/// daemon's `Error` is its refusal, a `Joined` must echo the join. Waits at most
+/// `wait`.
+///
+/// # Errors
+/// The daemon refused, answered out of turn, closed, or did not answer in time.
+pub(crate) fn await_joined(
+    stream: &mut Link,
+    join: &mut ClientJoin,
+    wait: Duration,
+) -> Result<(), EngineError> {
+    let peer = peer_name(stream.stream());
+    stream
+        .set_read_timeout(Some(wait))
+        .map_err(|e| EngineError::io("setting a timeout", e))?;
+    let frame = read_one_frame(stream, "joining")?.ok_or_else(|| EngineError::Disconnected {
+        peer: peer.clone(),
+        state: "joining".into(),
+    })?;
+    if let Frame::Error(e) = &frame {
+        return Err(EngineError::Remote {
+            code: e.code,
+            message: e.message.clone(),
+        });
+    }
+    join.handle(&frame)
+        .map_err(|e| super::handshake::handshake_error(&peer, e))?;
+    stream
+        .set_read_timeout(None)
+        .map_err(|e| EngineError::io("clearing a timeout", e))
+}
+
 /// Splits a fresh control connection into its reading half (with the handshake
 /// timeout) and its writing half.
 ///
@@ -130,9 +162,20 @@ impl FrameReader {
         &self.peer
     }
 
-    /// Gives the connection back, for a data connection after its `Join`. Bytes the
-    /// peer sent ahead of our answer would be lost, so the protocol forbids them (the
-    /// client waits for `Joined`); an error says so if any arrived.
+    /// The first frame of a connection, read exactly ([`read_one_frame`]): chunks that
+    /// follow a data connection's `Join` stay in the socket for its chunk receiver
+    /// (`CHUNKS_AFTER_JOIN`). `Ok(None)`: the peer closed before sending one.
+    ///
+    /// # Errors
+    /// A socket error (a timeout included), a malformed frame, or a close inside it.
+    pub fn first(&mut self, state: &str) -> Result<Option<Frame>, EngineError> {
+        debug_assert_eq!(self.decoder.buffered(), 0, "the first frame comes first");
+        read_one_frame(&mut self.stream, state)
+    }
+
+    /// Gives the connection back, for a data connection after its `Join`. Nothing may
+    /// be buffered: its first frame was read exactly ([`Self::first`]); an error says
+    /// so if anything was.
     ///
     /// # Errors
     /// [`EngineError::Unexpected`] when bytes are buffered.
@@ -284,12 +327,23 @@ impl FrameWriter {
     }
 }
 
+/// How long a source that sent chunks right behind its `Join` waits for `Joined`
+/// once its first chunk is in the socket.
+const JOINED_WAIT: Duration = super::handshake::HANDSHAKE_TIMEOUT;
+
+/// How long a failed write waits for the daemon's refusal of an unanswered `Join`,
+/// which would explain the failure.
+const REFUSAL_WAIT: Duration = Duration::from_secs(1);
+
 /// The sending half of a data connection.
 #[derive(Debug)]
 pub struct ChunkSender {
     stream: Link,
     head: Vec<u8>,
     peer: String,
+    /// A `Join` sent with no answer read yet (`CHUNKS_AFTER_JOIN`): the answer is read
+    /// after the first write, which leaves a chunk queued in the socket meanwhile.
+    joining: Option<ClientJoin>,
 }
 
 impl ChunkSender {
@@ -300,6 +354,39 @@ impl ChunkSender {
             stream,
             head: Vec::with_capacity(CHUNK_HEADER_BYTES + 4096),
             peer,
+            joining: None,
+        }
+    }
+
+    /// The same, for a connection whose `Join` was sent and not yet answered: the
+    /// answer is read and checked after the first chunk or frame is written.
+    pub fn joining(mut self, join: Option<ClientJoin>) -> ChunkSender {
+        self.joining = join;
+        self
+    }
+
+    /// Reads and checks the answer to a `Join` still unanswered.
+    fn joined(&mut self) -> Result<(), EngineError> {
+        match self.joining.as_mut() {
+            Some(join) => {
+                await_joined(&mut self.stream, join, JOINED_WAIT)?;
+                self.joining = None;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// `e`, a failed write, or the daemon's refusal of an unanswered `Join` that
+    /// explains it.
+    fn write_failed(&mut self, what: &str, e: io::Error) -> EngineError {
+        let written = EngineError::io(format!("{what} to {}", self.peer), e);
+        match self.joining.take() {
+            Some(mut join) => match await_joined(&mut self.stream, &mut join, REFUSAL_WAIT) {
+                Err(refusal @ EngineError::Remote { .. }) => refusal,
+                _ => written,
+            },
+            None => written,
         }
     }
 
@@ -349,22 +436,15 @@ impl ChunkSender {
         while !bufs.is_empty() {
             match self.stream.write_vectored(bufs) {
                 Ok(0) => {
-                    return Err(EngineError::io(
-                        format!("sending a chunk to {}", self.peer),
-                        io::Error::from(io::ErrorKind::WriteZero),
-                    ))
+                    let e = io::Error::from(io::ErrorKind::WriteZero);
+                    return Err(self.write_failed("sending a chunk", e));
                 }
                 Ok(n) => IoSlice::advance_slices(&mut bufs, n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    return Err(EngineError::io(
-                        format!("sending a chunk to {}", self.peer),
-                        e,
-                    ))
-                }
+                Err(e) => return Err(self.write_failed("sending a chunk", e)),
             }
         }
-        Ok(())
+        self.joined()
     }
 
     /// Sends a control frame on the data connection (only `Close`).
@@ -374,13 +454,19 @@ impl ChunkSender {
     pub fn send_frame<C: Codec>(&mut self, frame: &C) -> Result<(), EngineError> {
         self.head.clear();
         frame.encode(&mut self.head);
-        self.stream
-            .write_all(&self.head)
-            .map_err(|e| EngineError::io(format!("sending to {}", self.peer), e))
+        if let Err(e) = self.stream.write_all(&self.head) {
+            return Err(self.write_failed("sending", e));
+        }
+        self.joined()
     }
 
-    /// Shuts the write half down (orderly close: `close_notify` on TLS).
-    pub fn shutdown(&self) {
+    /// Shuts the write half down (orderly close: `close_notify` on TLS), having read
+    /// the answer to a `Join` no write ever waited for (a connection that carried
+    /// nothing), so the socket is closed with nothing unread.
+    pub fn shutdown(&mut self) {
+        if let Err(e) = self.joined() {
+            tracing::debug!("data connection to {}: {e}", self.peer);
+        }
         self.stream.close();
     }
 }

@@ -256,6 +256,7 @@ impl StreamSender {
             runtime: &runtime,
             peer: addr,
             data: opened.data,
+            joining: opened.joining,
             reader: opened.reader,
             codec,
             acked,

@@ -13,7 +13,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_session::stream::{AckRoutes, SendWindow, StreamError, Word};
-use sluice_wire::{ChunkHeader, Close, CloseReason, Frame};
+use sluice_wire::{ChunkHeader, ClientJoin, Close, CloseReason, Frame};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -24,6 +24,8 @@ pub(super) struct Start<'a> {
     pub peer: &'a str,
     /// The joined data connections, in stream order.
     pub data: Vec<Link>,
+    /// Their `Join`s still unanswered, by stream (may be shorter than `data`).
+    pub joining: Vec<Option<ClientJoin>>,
     /// The control connection's reading half.
     pub reader: FrameReader,
     pub codec: CodecPlan,
@@ -57,12 +59,13 @@ pub(super) fn start(s: Start<'_>) -> Result<Started, EngineError> {
         .map_err(|e| EngineError::io("starting the control reader", e))?;
     let mut queues = Vec::with_capacity(s.data.len());
     let mut threads = Vec::with_capacity(s.data.len());
-    for ((i, stream), words) in s.data.into_iter().enumerate().zip(word_rxs) {
+    let joining = s.joining.into_iter().chain(std::iter::repeat_with(|| None));
+    for (((i, stream), words), join) in s.data.into_iter().enumerate().zip(word_rxs).zip(joining) {
         let i = u32::try_from(i).unwrap_or(u32::MAX);
         let (tx, rx) = bounded::<Record>(QUEUE_RECORDS);
         queues.push(tx);
         let send = SendLoop {
-            conn: ChunkSender::new(stream),
+            conn: ChunkSender::new(stream).joining(join),
             compressor: s.codec.compressor(&auto),
             peer: s.peer.to_string(),
             window: s.acked.then(|| SendWindow::new(s.slots)),

@@ -35,6 +35,10 @@ bitflags_type! {
         /// (byte-shuffled, [`crate::shuffle::byteshuffle`]); a source byte-shuffles only
         /// toward a sink that offers it, and bit-shuffles otherwise.
         const BYTE_SHUFFLE = 1 << 8;
+        /// The server reads a data connection's `Join` and not a byte more, so a
+        /// source client may send chunks right behind its `Join` and read `Joined`
+        /// later, instead of waiting a round trip for it.
+        const CHUNKS_AFTER_JOIN = 1 << 9;
     }
 }
 
