@@ -63,14 +63,17 @@ pub fn open_session(
     let hosts: Vec<&str> = addrs.split(',').filter(|a| !a.is_empty()).collect();
     let addr = hosts.first().copied().unwrap_or(addrs);
     let direction = open.direction;
-    let (link, dial) = dial_control(addr, tls)?;
-    // The first group of data connections is dialled while the control handshake runs
-    // (TLS only: a refused clear-text connection would show only at its `Join`).
-    let ahead = match dial {
-        Some(_) => open.options.streams.min(JOINS_AT_ONCE),
-        None => 0,
+    // The first group of data connections is connected alongside the control
+    // connection and secured while its handshake runs (TLS only: a refused clear-text
+    // connection would show only at its `Join`).
+    let ahead = if tls.encrypt.expects_to_encrypt(addr) {
+        open.options.streams.min(JOINS_AT_ONCE)
+    } else {
+        0
     };
-    let mut early = Predialled::start(&hosts, addr, dial.as_ref(), ahead);
+    let mut early = Predialled::connect(&hosts, addr, ahead);
+    let (link, dial) = dial_control(addr, tls)?;
+    early.secure(dial.as_ref());
     let (mut reader, mut writer) = transport::control_halves(link)?;
     let fingerprint = writer.peer_fingerprint();
     let est = handshake_and_open(&mut reader, &mut writer, token, open, tls, addr)?;
