@@ -63,16 +63,19 @@ pub fn open_session(
     let hosts: Vec<&str> = addrs.split(',').filter(|a| !a.is_empty()).collect();
     let addr = hosts.first().copied().unwrap_or(addrs);
     let direction = open.direction;
-    // The first group of data connections is connected alongside the control
-    // connection and secured while its handshake runs (TLS only: a refused clear-text
-    // connection would show only at its `Join`).
-    let ahead = if tls.encrypt.expects_to_encrypt(addr) {
+    let stream = connect_tcp(addr)?;
+    // The first group of data connections is connected while the control connection's
+    // TLS handshake runs, and secured once it is up (TLS only: a refused clear-text
+    // connection would show only at its `Join`). Connected after the control
+    // connection, they reach a server's accept queue after it.
+    let encrypts = tls.encrypt.client_encrypts(&stream);
+    let ahead = if encrypts {
         open.options.streams.min(JOINS_AT_ONCE)
     } else {
         0
     };
     let mut early = Predialled::connect(&hosts, addr, ahead);
-    let (link, dial) = dial_control(addr, tls)?;
+    let (link, dial) = secure_control_if(stream, addr, tls, encrypts)?;
     early.secure(dial.as_ref());
     let (mut reader, mut writer) = transport::control_halves(link)?;
     let fingerprint = writer.peer_fingerprint();
@@ -239,10 +242,28 @@ pub(crate) fn connect_control(
 /// The control connection to `addr`, connected and, when `tls` says so, secured (with
 /// how to open the data connections pinned to the same certificate).
 fn dial_control(addr: &str, tls: &ClientTls) -> Result<(Link, Option<DataDial>), EngineError> {
+    let stream = connect_tcp(addr)?;
+    let encrypts = tls.encrypt.client_encrypts(&stream);
+    secure_control_if(stream, addr, tls, encrypts)
+}
+
+/// The control connection's socket, connected to `addr`.
+fn connect_tcp(addr: &str) -> Result<TcpStream, EngineError> {
     let stream = TcpStream::connect(addr)
         .map_err(|e| EngineError::io(format!("connecting to {addr}"), e))?;
     transport::tune(&stream, false).map_err(|e| EngineError::io("configuring a socket", e))?;
-    if tls.encrypt.client_encrypts(&stream) {
+    Ok(stream)
+}
+
+/// `stream` secured as `tls` trusts (with how to open the data connections pinned to
+/// the same certificate) when `encrypts`, else in clear text.
+fn secure_control_if(
+    stream: TcpStream,
+    addr: &str,
+    tls: &ClientTls,
+    encrypts: bool,
+) -> Result<(Link, Option<DataDial>), EngineError> {
+    if encrypts {
         let (link, dial) = secure_control(stream, addr, &tls.trust, HANDSHAKE_TIMEOUT)?;
         Ok((link, Some(dial)))
     } else {

@@ -39,39 +39,23 @@ fn serve_refusing(
     let table: Table = Arc::new(Mutex::new(None));
     let (tx, rx) = crossbeam_channel::unbounded();
     let (refused_tx, refused) = crossbeam_channel::unbounded();
-    let (control_tx, control) = crossbeam_channel::bounded(1);
+    let (s, _) = listener.accept().expect("the control connection");
     let tls = Arc::new(tls);
     let (t, d) = (Arc::clone(&table), Arc::clone(&tls));
-    // The client connects its first data connections alongside the control connection,
-    // so arrival order says nothing; the control connection is the first to speak (a
-    // data connection's TLS starts only once the control connection's is up).
     std::thread::spawn(move || {
-        let spoken = Arc::new(Mutex::new((false, refuse)));
-        for conn in listener.incoming().take(1 + refuse + usize::from(streams)) {
-            let conn = conn.expect("a connection");
+        let mut conns = listener.incoming();
+        for conn in conns.by_ref().take(refuse) {
+            drop(conn);
+            let _ = refused_tx.send(());
+        }
+        for conn in conns.take(usize::from(streams)) {
             let (t, d, tx) = (Arc::clone(&t), Arc::clone(&d), tx.clone());
-            let (spoken, control_tx, refused_tx) =
-                (Arc::clone(&spoken), control_tx.clone(), refused_tx.clone());
+            let conn = conn.expect("a data connection");
             std::thread::spawn(move || {
-                let _ = conn.peek(&mut [0u8; 1]);
-                let mut first = spoken.lock().expect("the order");
-                if !first.0 {
-                    first.0 = true;
-                    let _ = control_tx.send(conn);
-                } else if first.1 > 0 {
-                    first.1 -= 1;
-                    drop(conn);
-                    let _ = refused_tx.send(());
-                } else {
-                    drop(first);
-                    let _ = tx.send(join_one(conn, &t, &d));
-                }
+                let _ = tx.send(join_one(conn, &t, &d));
             });
         }
     });
-    let s = control
-        .recv_timeout(std::time::Duration::from_secs(30))
-        .expect("the control connection");
     let (mut reader, mut writer) = accept::incoming(s, &tls)?;
     let hello = accept::read_first(&mut reader, &mut writer)?.expect("a first frame");
     let est = accept::server_handshake(hello, &mut reader, &mut writer, token)?;
@@ -180,7 +164,7 @@ fn open_through_proxy_keyed(
     (proxy, opened, served)
 }
 
-/// The data connections are connected alongside the control connection and secured
+/// The data connections are connected right after the control connection and secured
 /// while its handshake runs; the TLS session binds the server's nonce, so `Hello`,
 /// `AuthProof` and `Open` go in the client's first flight after TLS; every `Join` goes
 /// as soon as `Accept` names the key, and a source does not wait for `Joined`: 5

@@ -3,10 +3,12 @@
 //! On a long path each data connection costs a TCP and a TLS round trip before its
 //! `Join` can go; neither needs anything the control handshake settles. The TCP
 //! handshake needs nothing at all, so an encrypting client connects the first group of
-//! data connections (up to 8) at the moment it connects its control connection. Their
-//! TLS is pinned to the certificate the control connection presented, so each starts
-//! its TLS handshake once the control connection is secured ([`Predialled::secure`]),
-//! and each `Join` goes the moment `Accept` names the key. A connection the session
+//! data connections (up to 8) as soon as its control connection is connected (after
+//! it, so a server that accepts one connection after the other takes the control
+//! connection first), while the control connection's TLS handshake runs. Their TLS is
+//! pinned to the certificate the control connection presented, so each starts its TLS
+//! handshake once the control connection is secured ([`Predialled::secure`]), and each
+//! `Join` goes the moment `Accept` names the key. A connection the session
 //! turns out not to need (the daemon granted fewer streams, or advertised another
 //! address for it, or the control connection went out in clear text after all) is
 //! closed in order; one that failed (a daemon at its per-address limit of

@@ -204,6 +204,37 @@ fn a_connection_that_does_not_join_is_answered_and_refused() {
     );
 }
 
+/// A first frame whose header announces more than a `Hello` is refused from its
+/// header alone: no buffer for its body, no wait for it, and an `Error` back.
+#[test]
+fn a_first_frame_longer_than_a_hello_is_refused_before_its_body() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let client = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        // A Manifest header announcing a 1 MiB body, and none of the body.
+        let mut head = vec![0x30, 0];
+        head.extend_from_slice(&(1u32 << 20).to_le_bytes());
+        s.write_all(&head).expect("write");
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        answer
+    });
+    let (s, _) = listener.accept().expect("accept");
+    let tls = server_tls(Encrypt::Auto);
+    let (mut reader, mut writer) = accept::incoming(s, &tls).expect("incoming");
+    // Reading the body would wait out the read timeout and fail with another error.
+    let err = accept::read_first(&mut reader, &mut writer).expect_err("refused");
+    assert!(
+        err.to_string().contains("Manifest frame of 1048582 bytes"),
+        "{err}"
+    );
+    drop((reader, writer));
+    let answer = client.join().expect("client thread");
+    let (frame, _) = <Frame as Codec>::decode(&answer).expect("an Error frame");
+    assert!(matches!(&frame, Frame::Error(_)), "{frame:?}");
+}
+
 #[test]
 fn a_clear_join_to_an_encrypted_session_is_refused() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");

@@ -45,6 +45,20 @@ pub fn peer_name(stream: &TcpStream) -> String {
 /// # Errors
 /// A socket error (a timeout included), a malformed frame, or a close inside the frame.
 pub fn read_one_frame(stream: &mut Link, state: &str) -> Result<Option<Frame>, EngineError> {
+    read_frame_within(stream, state, usize::MAX)
+}
+
+/// The longest first frame of a connection: a `Hello` (a `Join` is shorter). A header
+/// announcing more is refused before its body is read, so an unauthenticated
+/// connection costs no buffer beyond this.
+const FIRST_FRAME_BYTES: usize = FRAME_HEADER_BYTES + 256;
+
+/// [`read_one_frame`] of a frame no longer than `max_len` bytes, header included.
+fn read_frame_within(
+    stream: &mut Link,
+    state: &str,
+    max_len: usize,
+) -> Result<Option<Frame>, EngineError> {
     let peer = peer_name(stream.stream());
     let mut buf = vec![0u8; FRAME_HEADER_BYTES];
     let mut filled = 0;
@@ -73,6 +87,17 @@ pub fn read_one_frame(stream: &mut Link, state: &str) -> Result<Option<Frame>, E
     };
     // The header's length is checked against its type's limit before anything is read.
     let (head, _) = FrameHeader::decode(&buf).map_err(protocol)?;
+    if head.frame_len() > max_len {
+        return Err(EngineError::Unexpected {
+            peer,
+            got: format!(
+                "a {} frame of {} bytes",
+                head.frame_type.name(),
+                head.frame_len()
+            ),
+            state: state.to_string(),
+        });
+    }
     buf.resize(head.frame_len(), 0);
     stream
         .read_exact(&mut buf[FRAME_HEADER_BYTES..])
@@ -167,10 +192,11 @@ impl FrameReader {
     /// (`CHUNKS_AFTER_JOIN`). `Ok(None)`: the peer closed before sending one.
     ///
     /// # Errors
-    /// A socket error (a timeout included), a malformed frame, or a close inside it.
+    /// A socket error (a timeout included), a malformed frame, a close inside it, or a
+    /// frame longer than a `Hello` ([`EngineError::Unexpected`], its body unread).
     pub fn first(&mut self, state: &str) -> Result<Option<Frame>, EngineError> {
         debug_assert_eq!(self.decoder.buffered(), 0, "the first frame comes first");
-        read_one_frame(&mut self.stream, state)
+        read_frame_within(&mut self.stream, state, FIRST_FRAME_BYTES)
     }
 
     /// Gives the connection back, for a data connection after its `Join`. Nothing may

@@ -69,22 +69,6 @@ impl Encrypt {
         }
     }
 
-    /// Whether a client with this setting will encrypt toward `addr`, as far as the
-    /// address's first resolution tells before connecting ([`Self::client_encrypts`]
-    /// decides, on the connected socket).
-    pub fn expects_to_encrypt(self, addr: &str) -> bool {
-        use std::net::ToSocketAddrs;
-        match self {
-            Encrypt::Always => true,
-            Encrypt::Never => false,
-            Encrypt::Auto => addr
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut a| a.next())
-                .is_some_and(|a| !a.ip().is_loopback()),
-        }
-    }
-
     /// Whether a server with this setting accepts clear text from `stream`'s peer; the
     /// refusal says what the setting is (for the client's error line).
     ///
