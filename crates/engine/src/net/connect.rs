@@ -144,7 +144,7 @@ struct Dials<'a> {
     dial: Option<&'a DataDial>,
     accept: &'a Accept,
     key: &'a [u8; 32],
-    /// Whether each connection's `Joined` is left for its chunk sender to read.
+    /// Whether each TLS connection's `Joined` is left for its chunk sender to read.
     chunks_after_join: bool,
 }
 
@@ -198,7 +198,10 @@ impl Dials<'_> {
             }
         };
         crate::fault::stall_join(i);
-        if self.chunks_after_join {
+        // In clear text a daemon at its connection limit answers the `Join` itself with
+        // `Busy`, which the user must see as such; inside TLS that refusal fails the TLS
+        // handshake, before any `Join`.
+        if self.chunks_after_join && link.is_tls() {
             let join = send_join(&link, &to, self.accept, self.key, i)?;
             return Ok((link, Some(join)));
         }
