@@ -1,0 +1,273 @@
+//! Data connections: [`ChunkSender`] writes a chunk's header, segment table and payload
+//! with vectored writes; [`ChunkReceiver`] reads the header and table exactly, then the
+//! payload straight into the caller's slot.
+
+use super::{await_joined, peer_is_this_host, peer_name};
+use crate::error::EngineError;
+use crate::net::tls::Link;
+use sluice_wire::{
+    ChunkHeader, ClientJoin, Codec, Frame, FrameHeader, FrameType, Segment, CHUNK_HEADER_BYTES,
+    FRAME_HEADER_BYTES,
+};
+use std::io::{self, IoSlice, Read, Write};
+use std::time::Duration;
+
+/// How long a source that sent chunks right behind its `Join` waits for `Joined`
+/// once its first chunk is in the socket.
+const JOINED_WAIT: Duration = crate::net::handshake::HANDSHAKE_TIMEOUT;
+
+/// How long a failed write waits for the daemon's refusal of an unanswered `Join`,
+/// which would explain the failure.
+const REFUSAL_WAIT: Duration = Duration::from_secs(1);
+
+/// The sending half of a data connection.
+#[derive(Debug)]
+pub struct ChunkSender {
+    stream: Link,
+    head: Vec<u8>,
+    peer: String,
+    /// A `Join` sent with no answer read yet (`CHUNKS_AFTER_JOIN`): the answer is read
+    /// after the first write, which leaves a chunk queued in the socket meanwhile.
+    joining: Option<ClientJoin>,
+}
+
+impl ChunkSender {
+    /// Wraps a data connection.
+    pub fn new(stream: Link) -> ChunkSender {
+        let peer = peer_name(stream.stream());
+        ChunkSender {
+            stream,
+            head: Vec::with_capacity(CHUNK_HEADER_BYTES + 4096),
+            peer,
+            joining: None,
+        }
+    }
+
+    /// The same, for a connection whose `Join` was sent and not yet answered: the
+    /// answer is read and checked after the first chunk or frame is written.
+    pub fn joining(mut self, join: Option<ClientJoin>) -> ChunkSender {
+        self.joining = join;
+        self
+    }
+
+    /// Reads and checks the answer to a `Join` still unanswered.
+    fn joined(&mut self) -> Result<(), EngineError> {
+        match self.joining.as_mut() {
+            Some(join) => {
+                await_joined(&mut self.stream, join, JOINED_WAIT)?;
+                self.joining = None;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// `e`, a failed write, or the daemon's refusal of an unanswered `Join` that
+    /// explains it.
+    fn write_failed(&mut self, what: &str, e: io::Error) -> EngineError {
+        let written = EngineError::io(format!("{what} to {}", self.peer), e);
+        match self.joining.take() {
+            Some(mut join) => match await_joined(&mut self.stream, &mut join, REFUSAL_WAIT) {
+                Err(refusal @ EngineError::Remote { .. }) => refusal,
+                _ => written,
+            },
+            None => written,
+        }
+    }
+
+    /// Whether the peer is this very host (loopback, or this socket's own address): the
+    /// bytes then never cross a wire, only memory, copied by the same CPUs.
+    pub fn peer_is_this_host(&self) -> bool {
+        peer_is_this_host(self.stream.stream())
+    }
+
+    /// Sends a chunk header, its segment table and its payload with vectored writes
+    /// (no copy of the payload in user space).
+    ///
+    /// # Errors
+    /// The socket write failed.
+    pub fn send(
+        &mut self,
+        header: &ChunkHeader,
+        segments: &[Segment],
+        payload: &[u8],
+    ) -> Result<(), EngineError> {
+        self.send_parts(header, segments, payload, &[])
+    }
+
+    /// [`Self::send`] of a payload in two parts, `payload` then `more` (a record's
+    /// head in its slot, then bytes pinned in the caller's memory), in the same
+    /// vectored writes: the peer sees one payload, and neither part is copied in user
+    /// space.
+    ///
+    /// # Errors
+    /// The socket write failed.
+    pub fn send_parts(
+        &mut self,
+        header: &ChunkHeader,
+        segments: &[Segment],
+        payload: &[u8],
+        more: &[u8],
+    ) -> Result<(), EngineError> {
+        self.head.clear();
+        header.encode(&mut self.head);
+        Segment::encode_table(segments, &mut self.head);
+        let mut slices = [
+            IoSlice::new(&self.head),
+            IoSlice::new(payload),
+            IoSlice::new(more),
+        ];
+        let mut bufs: &mut [IoSlice<'_>] = &mut slices;
+        while !bufs.is_empty() {
+            match self.stream.write_vectored(bufs) {
+                Ok(0) => {
+                    let e = io::Error::from(io::ErrorKind::WriteZero);
+                    return Err(self.write_failed("sending a chunk", e));
+                }
+                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.write_failed("sending a chunk", e)),
+            }
+        }
+        self.joined()
+    }
+
+    /// Sends a control frame on the data connection (only `Close`).
+    ///
+    /// # Errors
+    /// The socket write failed.
+    pub fn send_frame<C: Codec>(&mut self, frame: &C) -> Result<(), EngineError> {
+        self.head.clear();
+        frame.encode(&mut self.head);
+        if let Err(e) = self.stream.write_all(&self.head) {
+            return Err(self.write_failed("sending", e));
+        }
+        self.joined()
+    }
+
+    /// Shuts the write half down (orderly close: `close_notify` on TLS), having read
+    /// the answer to a `Join` no write ever waited for (a connection that carried
+    /// nothing), so the socket is closed with nothing unread.
+    pub fn shutdown(&mut self) {
+        if let Err(e) = self.joined() {
+            tracing::debug!("data connection to {}: {e}", self.peer);
+        }
+        self.stream.close();
+    }
+}
+
+/// What arrived on a data connection.
+#[derive(Debug)]
+pub enum DataEvent {
+    /// A chunk header; its segment table is in the receiver's `segments()`, and exactly
+    /// `header.wire_len` payload bytes must now be read with [`ChunkReceiver::payload`].
+    Chunk(ChunkHeader),
+    /// Any other frame (the source's `Close`).
+    Frame(Frame),
+    /// The peer closed the connection between frames.
+    End,
+}
+
+/// The receiving half of a data connection.
+#[derive(Debug)]
+pub struct ChunkReceiver {
+    stream: Link,
+    head: Vec<u8>,
+    segments: Vec<Segment>,
+    max_chunk_bytes: u32,
+    peer: String,
+}
+
+impl ChunkReceiver {
+    /// Wraps a data connection accepting chunks up to `max_chunk_bytes`.
+    pub fn new(stream: Link, max_chunk_bytes: u32) -> ChunkReceiver {
+        let peer = peer_name(stream.stream());
+        ChunkReceiver {
+            stream,
+            head: vec![0; FRAME_HEADER_BYTES],
+            segments: Vec::new(),
+            max_chunk_bytes,
+            peer,
+        }
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// The segment table of the last packed chunk.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    fn read_exact(&mut self, from: usize, to: usize, what: &str) -> Result<bool, EngineError> {
+        let mut filled = from;
+        while filled < to {
+            match self.stream.read(&mut self.head[filled..to]) {
+                Ok(0) if filled == 0 => return Ok(false),
+                Ok(0) => {
+                    return Err(EngineError::Disconnected {
+                        peer: self.peer.clone(),
+                        state: format!("reading {what}"),
+                    })
+                }
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(EngineError::io(
+                        format!("reading {what} from {}", self.peer),
+                        e,
+                    ))
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads the next frame header (and, for a chunk, its segment table).
+    ///
+    /// # Errors
+    /// A socket error or a malformed frame.
+    pub fn next_event(&mut self) -> Result<DataEvent, EngineError> {
+        self.head.resize(FRAME_HEADER_BYTES, 0);
+        if !self.read_exact(0, FRAME_HEADER_BYTES, "a frame header")? {
+            return Ok(DataEvent::End);
+        }
+        let protocol = |peer: &str, e| EngineError::Protocol {
+            peer: peer.to_string(),
+            cause: e,
+        };
+        let (fh, _) = FrameHeader::decode(&self.head).map_err(|e| protocol(&self.peer, e))?;
+        let total = fh.frame_len();
+        self.head.resize(total, 0);
+        self.read_exact(FRAME_HEADER_BYTES, total, "a frame body")?;
+        if fh.frame_type != FrameType::Chunk {
+            let (frame, _) = Frame::decode(&self.head).map_err(|e| protocol(&self.peer, e))?;
+            return Ok(DataEvent::Frame(frame));
+        }
+        let (header, used) = ChunkHeader::decode_limited(&self.head, self.max_chunk_bytes)
+            .map_err(|e| protocol(&self.peer, e))?;
+        Segment::decode_table(&self.head[used..], &header, &mut self.segments)
+            .map_err(|e| protocol(&self.peer, e))?;
+        Ok(DataEvent::Chunk(header))
+    }
+
+    /// Reads exactly `dst.len()` payload bytes straight into `dst` (a buffer slot).
+    ///
+    /// # Errors
+    /// A socket error or an end of stream inside the payload.
+    pub fn payload(&mut self, dst: &mut [u8]) -> Result<(), EngineError> {
+        let peer = &self.peer;
+        self.stream.read_exact(dst).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                EngineError::Disconnected {
+                    peer: peer.clone(),
+                    state: "reading a chunk payload".into(),
+                }
+            } else {
+                EngineError::io(format!("reading a chunk payload from {peer}"), e)
+            }
+        })
+    }
+}
