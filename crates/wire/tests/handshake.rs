@@ -158,7 +158,12 @@ fn capabilities_are_intersected() {
 
 #[test]
 fn wrong_client_token_is_refused_by_server() {
-    let mut p = Pair::new(Some(b"guess"), Some(b"s3cret"));
+    refused_for_its_token(Pair::new(Some(b"guess"), Some(b"s3cret")));
+}
+
+/// Drives `p`, whose client has the wrong token: the server refuses the proof, and the
+/// client hears `AuthFailed`.
+fn refused_for_its_token(mut p: Pair) {
     p.drive();
     assert_eq!(p.server_out, Some(Err(HandshakeError::ClientAuthFailed)));
     match &p.client_out {
@@ -516,13 +521,7 @@ fn a_bound_client_without_a_token_sends_hello_alone_and_finishes_at_welcome() {
 
 #[test]
 fn a_bound_client_with_the_wrong_token_is_refused_by_the_server() {
-    let mut p = Pair::bound(Some(b"guess"), Some(b"s3cret"));
-    p.drive();
-    assert_eq!(p.server_out, Some(Err(HandshakeError::ClientAuthFailed)));
-    match &p.client_out {
-        Some(Err(HandshakeError::Peer { code, .. })) => assert_eq!(*code, ErrorCode::AuthFailed),
-        other => panic!("{other:?}"),
-    }
+    refused_for_its_token(Pair::bound(Some(b"guess"), Some(b"s3cret")));
 }
 
 #[test]
@@ -541,14 +540,18 @@ fn a_welcome_not_bound_to_the_tls_session_is_refused() {
 
 #[test]
 fn a_bound_server_offering_less_than_it_promised_is_refused() {
+    // A server that offers every promised capability but RESUME.
+    let short = || {
+        ServerHandshake::new(
+            ServerConfig {
+                capabilities: BOUND_CAPABILITIES.intersection(Capabilities::from_bits_retain(!1)),
+                token: None,
+            },
+            [0x5E; 32],
+        )
+    };
     let mut p = Pair::bound(None, None);
-    p.server = ServerHandshake::new(
-        ServerConfig {
-            capabilities: BOUND_CAPABILITIES.intersection(Capabilities::from_bits_retain(!1)),
-            token: None,
-        },
-        [0x5E; 32],
-    );
+    p.server = short();
     p.drive();
     assert!(matches!(
         p.client_out,
@@ -556,13 +559,7 @@ fn a_bound_server_offering_less_than_it_promised_is_refused() {
     ));
     // Unbound, the same server is fine: the client adapts its Open to the Welcome.
     let mut p = Pair::new(None, None);
-    p.server = ServerHandshake::new(
-        ServerConfig {
-            capabilities: BOUND_CAPABILITIES.intersection(Capabilities::from_bits_retain(!1)),
-            token: None,
-        },
-        [0x5E; 32],
-    );
+    p.server = short();
     p.drive();
     p.both_done();
 }
