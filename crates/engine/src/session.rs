@@ -220,12 +220,7 @@ pub(crate) fn run_role(
             crate::sink::run(runtime, root, dest, opts, wiring, conns)
         }
         Role::Source(spec) => {
-            let joining = joining.into_iter().chain(std::iter::repeat_with(|| None));
-            let conns = conns
-                .into_iter()
-                .zip(joining)
-                .map(|(c, j)| ChunkSender::new(c).joining(j))
-                .collect();
+            let conns = ChunkSender::for_connections(conns, joining);
             crate::source::run(runtime, spec, opts, wiring, conns)
         }
     };

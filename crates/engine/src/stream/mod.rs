@@ -49,7 +49,7 @@ use crate::error::EngineError;
 use crate::net::tls::{ClientTls, Link};
 use crate::runtime::Runtime;
 use crate::session;
-use crate::transport::{self, FrameWriter};
+use crate::transport::{self, ChunkSender, FrameWriter};
 use crate::SessionOptions;
 use crossbeam_channel::{Receiver, Sender};
 use sluice_buffers::Slot;
@@ -255,8 +255,7 @@ impl StreamSender {
         let started = send::start(send::Start {
             runtime: &runtime,
             peer: addr,
-            data: opened.data,
-            joining: opened.joining,
+            data: ChunkSender::for_connections(opened.data, opened.joining),
             reader: opened.reader,
             codec,
             acked,

@@ -6,14 +6,13 @@
 use super::{lock, PinnedRange, Record, Sent, ACK_TIMEOUT, QUEUE_RECORDS, STREAM_FILE_ID};
 use crate::codec::{CodecPlan, Compressor, SharedAuto};
 use crate::error::EngineError;
-use crate::net::tls::Link;
 use crate::runtime::Runtime;
 use crate::transport::{ChunkSender, FrameReader};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_session::stream::{AckRoutes, SendWindow, StreamError, Word};
-use sluice_wire::{ChunkHeader, ClientJoin, Close, CloseReason, Frame};
+use sluice_wire::{ChunkHeader, Close, CloseReason, Frame};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -22,10 +21,8 @@ pub(super) struct Start<'a> {
     pub runtime: &'a Arc<Runtime>,
     /// The receiver, as the user named it (for messages).
     pub peer: &'a str,
-    /// The joined data connections, in stream order.
-    pub data: Vec<Link>,
-    /// Their `Join`s still unanswered, by stream (may be shorter than `data`).
-    pub joining: Vec<Option<ClientJoin>>,
+    /// The data connections' senders, in stream order.
+    pub data: Vec<ChunkSender>,
     /// The control connection's reading half.
     pub reader: FrameReader,
     pub codec: CodecPlan,
@@ -59,13 +56,12 @@ pub(super) fn start(s: Start<'_>) -> Result<Started, EngineError> {
         .map_err(|e| EngineError::io("starting the control reader", e))?;
     let mut queues = Vec::with_capacity(s.data.len());
     let mut threads = Vec::with_capacity(s.data.len());
-    let joining = s.joining.into_iter().chain(std::iter::repeat_with(|| None));
-    for (((i, stream), words), join) in s.data.into_iter().enumerate().zip(word_rxs).zip(joining) {
+    for ((i, conn), words) in s.data.into_iter().enumerate().zip(word_rxs) {
         let i = u32::try_from(i).unwrap_or(u32::MAX);
         let (tx, rx) = bounded::<Record>(QUEUE_RECORDS);
         queues.push(tx);
         let send = SendLoop {
-            conn: ChunkSender::new(stream).joining(join),
+            conn,
             compressor: s.codec.compressor(&auto),
             peer: s.peer.to_string(),
             window: s.acked.then(|| SendWindow::new(s.slots)),
@@ -356,6 +352,7 @@ mod tests {
 
     use super::*;
     use crate::codec::CompressMode;
+    use crate::net::tls::Link;
     use crate::stream::PinnedBytes;
     use crate::testing::tcp_pair;
     use crate::transport::{ChunkReceiver, DataEvent};

@@ -50,6 +50,18 @@ impl ChunkSender {
         self
     }
 
+    /// The senders of a source's data connections `data`, in stream order, each with its
+    /// `Join` still unanswered where `joining` holds one (`joining` may be shorter:
+    /// empty where every `Joined` was read).
+    pub fn for_connections(data: Vec<Link>, joining: Vec<Option<ClientJoin>>) -> Vec<ChunkSender> {
+        debug_assert!(joining.len() <= data.len(), "a join per connection at most");
+        let joining = joining.into_iter().chain(std::iter::repeat_with(|| None));
+        data.into_iter()
+            .zip(joining)
+            .map(|(link, join)| ChunkSender::new(link).joining(join))
+            .collect()
+    }
+
     /// Reads and checks the answer to a `Join` still unanswered.
     fn joined(&mut self) -> Result<(), EngineError> {
         match self.joining.as_mut() {
