@@ -4,7 +4,8 @@
 //!
 //! Each seed draws a world ([`world`]): a source tree of 5 to 60 entries (directories,
 //! symlinks, empty files, small files that travel packed, files of several chunks), the
-//! options (`--resume`, `--update`, `--no-clobber`, chunk acknowledgements), what the
+//! options (`--resume`, `--update`, `--no-clobber`, chunk acknowledgements, a sink that
+//! closes the session by itself or one that waits for `Close`), what the
 //! destination holds already (nothing, the same file, another version, partials of this
 //! version or another one), the network (1 to 4 data connections of their own latency
 //! and speed, so chunks reorder across them), the threads, and the faults: chunks damaged

@@ -19,6 +19,10 @@ pub struct Options {
     pub no_clobber: bool,
     /// The session's chunk size.
     pub chunk_bytes: u32,
+    /// The sink ends the session by itself (`SINK_CLOSES` negotiated): once
+    /// `ManifestEnd` has come and the engine reports no data file in flight
+    /// ([`Master::settled`]), it finishes the directories and sends `CloseAck` unasked.
+    pub sink_closes: bool,
 }
 
 impl Options {

@@ -27,6 +27,8 @@ pub struct Master {
     /// first. One per directory received: bounded by the tree, as `cp -a` and rsync keep
     /// them too.
     dirs: Vec<(RelPath, u32, i64)>,
+    /// `ManifestEnd` has come: no entry will be announced any more.
+    manifest_ended: bool,
     closing: bool,
     close_acked: bool,
 }
@@ -40,6 +42,7 @@ impl Master {
             opts,
             actions: VecDeque::new(),
             dirs: Vec::new(),
+            manifest_ended: false,
             closing: false,
             close_acked: false,
         }
@@ -78,7 +81,7 @@ impl Master {
         assert!(!self.closing, "no frame is handled after Close");
         match frame {
             Frame::Manifest(m) => return Ok(Flow::Announce(m.entries)),
-            Frame::ManifestEnd(_) => {}
+            Frame::ManifestEnd(_) => self.manifest_ended = true,
             Frame::FileFailed(f) => self.actions.push_back(Action::Forget {
                 file_id: f.file_id,
                 message: f.message,
@@ -92,6 +95,32 @@ impl Master {
             other => self.actions.push_back(Action::Ignored(other.frame_type())),
         }
         Ok(Flow::Continue)
+    }
+
+    /// Whether `ManifestEnd` has come: every entry of the session is announced.
+    #[must_use]
+    pub fn manifest_ended(&self) -> bool {
+        self.manifest_ended
+    }
+
+    /// The engine has no data file in flight any more: each one it received has had
+    /// its final word (`FileDone` or `FileFailed`, already handed to the control
+    /// connection) or was forgotten at the source's `FileFailed`. Every other entry
+    /// got its final word while it was announced. Where the sink closes by itself
+    /// ([`Options::sink_closes`]) and the manifest has ended, the session is complete:
+    /// the close starts as at the source's `Close` (the directories, then `CloseAck`),
+    /// and no frame is handled after it. Unlike at `Close`, no [`Action::Stop`]: chunks
+    /// of a file that failed may still be on their way (the source stops sending them
+    /// only when it reads the failure), so the receiving threads go on to the end of
+    /// their connections, dropping them; the engine stops them sooner where nothing more
+    /// can come. Returns whether it started; calling it again (two threads may both see
+    /// the end) does nothing.
+    pub fn settled(&mut self) -> bool {
+        if !(self.opts.sink_closes && self.manifest_ended) || self.closing {
+            return false;
+        }
+        self.closing = true;
+        true
     }
 
     /// The next fact [`Master::announce`] needs about `entry`'s destination, given

@@ -8,7 +8,8 @@
 //!   for each manifest entry, the destination facts it needs ([`Master::probe`]) and its
 //!   decision ([`Master::announce`]); the results of the file-system work it asked for
 //!   ([`Master::made`]); [`Action`]s out ([`Master::poll_action`]), `Close` included
-//!   (directories' modes and times deepest first, then `CloseAck`).
+//!   (directories' modes and times deepest first, then `CloseAck`), and the close it
+//!   starts itself once the session has settled ([`Master::settled`], `SINK_CLOSES`).
 //! * [`FileTable`] (under a mutex shared by the receiving threads): where a chunk finds
 //!   its file, waits for the manifest to announce it (until a deadline, time passed in),
 //!   or learns that it has ended (dropped at once).
@@ -28,7 +29,9 @@
 //! use sluice_session::sink::{Action, DestFacts, Flow, Master, Options};
 //! use sluice_wire::{FileEntry, FileKind, Frame, Manifest, RelPath};
 //!
-//! let opts = Options { resume: false, update: false, no_clobber: false, chunk_bytes: 1 << 16 };
+//! let opts = Options {
+//!     resume: false, update: false, no_clobber: false, chunk_bytes: 1 << 16, sink_closes: false,
+//! };
 //! let mut sink = Master::new(opts);
 //! let entry = FileEntry {
 //!     file_id: 1, path: RelPath::parse("a.bin")?, kind: FileKind::File,

@@ -17,6 +17,7 @@ fn opts(resume: bool, update: bool, no_clobber: bool) -> Options {
         update,
         no_clobber,
         chunk_bytes: CB,
+        sink_closes: false,
     }
 }
 
@@ -132,6 +133,43 @@ fn directories_are_made_at_once_and_get_their_modes_and_times_at_close_deepest_f
     // The directory that failed is not finished; a read-only one gets its mode back.
     let closing = [Action::Stop, finish("d/e", 0o751), finish("d", 0o555), ack];
     assert_eq!(drain(&mut m), closing);
+    assert_eq!(m.poll_action(), None);
+}
+
+#[test]
+fn a_sink_that_closes_itself_does_so_once_the_manifest_ended_and_the_files_settled() {
+    let closing_opts = Options {
+        sink_closes: true,
+        ..opts(false, false, false)
+    };
+    let mut m = Master::new(closing_opts);
+    let mut d = entry(1, "d", FileKind::Dir, 0);
+    d.mode = 0o750;
+    let (_, _) = announce_with(&mut m, &d, nothing_there);
+    m.made(&d, d.path.clone(), Ok(()));
+    drain(&mut m);
+    assert!(!m.settled(), "the manifest may announce more");
+    assert!(!m.manifest_ended());
+    let end = Frame::ManifestEnd(sluice_wire::ManifestEnd { files: 1, bytes: 0 });
+    assert_eq!(m.on_frame(end), Ok(Flow::Continue));
+    assert!(m.manifest_ended());
+    assert_eq!(drain(&mut m), []);
+    assert!(m.settled());
+    let finish = Action::FinishDir {
+        dest: RelPath::parse("d").expect("valid"),
+        mode: 0o750,
+        mtime_ns: 7,
+    };
+    let ack = Action::Send(Frame::CloseAck(sluice_wire::CloseAck));
+    assert_eq!(drain(&mut m), [finish, ack], "no Stop: stray chunks drain");
+    assert!(!m.settled(), "once");
+    assert_eq!(m.poll_action(), None);
+
+    // Without the option the sink waits for the source's `Close`.
+    let mut m = Master::new(opts(false, false, false));
+    let end = Frame::ManifestEnd(sluice_wire::ManifestEnd { files: 0, bytes: 0 });
+    assert_eq!(m.on_frame(end), Ok(Flow::Continue));
+    assert!(!m.settled());
     assert_eq!(m.poll_action(), None);
 }
 

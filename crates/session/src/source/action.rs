@@ -139,6 +139,13 @@ pub enum SourceError {
         /// What this side was doing.
         state: &'static str,
     },
+    /// The sink sent a frame it may not send now.
+    Unexpected {
+        /// The frame.
+        got: &'static str,
+        /// Why not now.
+        state: &'static str,
+    },
 }
 
 impl std::fmt::Display for SourceError {
@@ -146,6 +153,9 @@ impl std::fmt::Display for SourceError {
         match self {
             SourceError::Remote { code, message } => write!(f, "sink error {code:?}: {message}"),
             SourceError::Disconnected { state } => write!(f, "sink disconnected while {state}"),
+            SourceError::Unexpected { got, state } => {
+                write!(f, "the sink sent {got} while {state}")
+            }
         }
     }
 }

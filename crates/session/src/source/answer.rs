@@ -27,9 +27,28 @@ impl SourceCore {
                     message: e.message,
                 })
             }
+            Frame::CloseAck(_) if self.cfg.sink_closes => return self.closed_by_sink(),
             // Nothing else is for the source now (a `CloseAck` before `Close`).
             _ => {}
         }
+        Ok(())
+    }
+
+    /// The sink's unasked `CloseAck`: it comes behind every final word, so only once
+    /// the scan has ended and every file is answered (`Sending`: the data path may
+    /// still be draining); earlier, the sink broke the protocol and the session fails.
+    fn closed_by_sink(&mut self) -> Result<(), SourceError> {
+        if self.phase != Phase::Sending {
+            return Err(SourceError::Unexpected {
+                got: "CloseAck",
+                state: if self.phase == Phase::Scanning {
+                    "the scan goes on"
+                } else {
+                    "files are unanswered"
+                },
+            });
+        }
+        self.close_acked = true;
         Ok(())
     }
 

@@ -100,6 +100,9 @@ pub struct SourceConfig {
     pub negotiate: bool,
     /// How long the sink has to acknowledge the close.
     pub close_timeout: Duration,
+    /// The sink ends the session by itself (`SINK_CLOSES` negotiated): its `CloseAck`
+    /// comes unasked behind the last final word, and no `Close` is sent.
+    pub sink_closes: bool,
 }
 
 impl SourceConfig {
@@ -111,6 +114,7 @@ impl SourceConfig {
             small_max_bytes: SMALL_FILE_MAX_BYTES,
             negotiate,
             close_timeout: CLOSE_TIMEOUT,
+            sink_closes: false,
         }
     }
 }
@@ -154,6 +158,9 @@ pub struct SourceCore {
     files_total: u64,
     bytes_total: u64,
     actions: VecDeque<SourceAction>,
+    /// The sink's unasked `CloseAck` has come (`sink_closes`), before the data path
+    /// ended.
+    close_acked: bool,
 }
 
 impl SourceCore {
@@ -169,6 +176,7 @@ impl SourceCore {
             files_total: 0,
             bytes_total: 0,
             actions: VecDeque::with_capacity(MAX_ACTIONS_PER_EVENT),
+            close_acked: false,
         }
     }
 
@@ -371,6 +379,8 @@ impl SourceCore {
         self.begin();
         let state = match self.phase {
             Phase::Closed => return Ok(()),
+            // The sink closed the session itself and then its connection.
+            _ if self.close_acked => return Ok(()),
             Phase::Closing { .. } => CLOSING,
             _ => SENDING,
         };
@@ -379,13 +389,22 @@ impl SourceCore {
     }
 
     /// The data path has sent every chunk and closed its connections: the orderly close
-    /// starts (`Close`, then the sink's `CloseAck` by `now` + the close timeout).
+    /// starts (`Close`, then the sink's `CloseAck` by `now` + the close timeout). Where
+    /// the sink closes by itself, no `Close` goes: the session is closed if its
+    /// `CloseAck` came already, else it is awaited by the same deadline.
     pub fn on_data_sent(&mut self, now: Instant) {
         self.begin();
         assert_eq!(self.phase, Phase::Sending, "the data path ended early");
-        self.push(SourceAction::Send(Frame::Close(Close {
-            reason: CloseReason::Done,
-        })));
+        if self.close_acked {
+            self.phase = Phase::Closed;
+            self.check();
+            return;
+        }
+        if !self.cfg.sink_closes {
+            self.push(SourceAction::Send(Frame::Close(Close {
+                reason: CloseReason::Done,
+            })));
+        }
         self.phase = Phase::Closing {
             deadline: now + self.cfg.close_timeout,
         };

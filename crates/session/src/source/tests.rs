@@ -149,6 +149,83 @@ fn every_file_answered_ends_the_files_then_close_is_acknowledged() {
     assert_eq!(c.on_peer_closed(), Ok(()));
 }
 
+fn sink_closing(negotiate: bool) -> SourceCore {
+    SourceCore::new(SourceConfig {
+        sink_closes: true,
+        ..SourceConfig::new(CHUNK, negotiate)
+    })
+}
+
+#[test]
+fn a_sink_that_closes_itself_is_answered_with_no_close() {
+    // Its `CloseAck` behind the last `FileDone`, before the data path has ended.
+    let mut c = sink_closing(false);
+    scan(&mut c, vec![dir(1), file(2, 10)]);
+    c.on_frame(done(1), at(1)).unwrap();
+    actions(&mut c);
+    c.on_frame(done(2), at(2)).unwrap();
+    actions(&mut c);
+    c.on_frame(Frame::CloseAck(CloseAck), at(2)).unwrap();
+    assert!(actions(&mut c).is_empty());
+    assert_eq!(
+        c.waiting_for(),
+        Waiting::DataSent,
+        "the data path still drains"
+    );
+    assert_eq!(c.on_peer_closed(), Ok(()), "the sink may hang up now");
+    c.on_data_sent(at(3));
+    assert!(actions(&mut c).is_empty(), "no Close");
+    assert_eq!(c.waiting_for(), Waiting::Finished);
+
+    // Its `CloseAck` after the data path has ended: awaited, by the close's deadline.
+    let mut c = sink_closing(false);
+    scan(&mut c, vec![file(2, 10)]);
+    c.on_frame(done(2), at(2)).unwrap();
+    actions(&mut c);
+    c.on_data_sent(at(10));
+    assert!(sent(&actions(&mut c)).is_empty(), "no Close");
+    let deadline = at(10) + CLOSE_TIMEOUT;
+    assert_eq!(c.waiting_for(), Waiting::CloseAck { deadline });
+    c.on_frame(Frame::CloseAck(CloseAck), at(11)).unwrap();
+    assert_eq!(c.waiting_for(), Waiting::Finished);
+
+    // No `CloseAck` at all: the same time-out as an unanswered `Close`.
+    let mut c = sink_closing(false);
+    scan(&mut c, Vec::new());
+    c.on_data_sent(at(0));
+    assert!(sent(&actions(&mut c)).is_empty());
+    assert!(c.on_tick(at(60_000)).is_err());
+}
+
+#[test]
+fn a_close_ack_before_every_file_is_answered_fails_the_session() {
+    let mut c = sink_closing(false);
+    scan(&mut c, vec![file(2, 10), file(3, 10)]);
+    c.on_frame(done(2), at(1)).unwrap();
+    actions(&mut c);
+    let e = c.on_frame(Frame::CloseAck(CloseAck), at(2)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the sink sent CloseAck while files are unanswered"
+    );
+    assert_eq!(c.waiting_for(), Waiting::Failed);
+
+    let mut c = sink_closing(false);
+    c.on_entry(0, file(2, 10));
+    actions(&mut c);
+    let e = c.on_frame(Frame::CloseAck(CloseAck), at(1)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the sink sent CloseAck while the scan goes on"
+    );
+
+    // Without `SINK_CLOSES`, an early `CloseAck` is ignored, as before.
+    let mut c = core(false);
+    scan(&mut c, vec![file(2, 10)]);
+    c.on_frame(Frame::CloseAck(CloseAck), at(1)).unwrap();
+    assert_eq!(c.waiting_for(), Waiting::Answers);
+}
+
 #[test]
 fn an_empty_scan_goes_straight_to_the_close() {
     let mut c = core(true);

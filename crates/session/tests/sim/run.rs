@@ -49,6 +49,8 @@ pub enum Ev {
     WriteDone(usize),
     /// Net-recv thread `i` has waited for a file's entry until its deadline.
     EntryDeadline(usize),
+    /// The sink's last data file has ended after `ManifestEnd` (`SINK_CLOSES`).
+    SnkSettled,
 }
 
 impl Ev {
@@ -69,6 +71,7 @@ impl Ev {
             Ev::RecvWake(i) => (12, *i as u64),
             Ev::WriteDone(i) => (13, *i as u64),
             Ev::EntryDeadline(i) => (14, *i as u64),
+            Ev::SnkSettled => (15, 0),
         }
     }
 }
@@ -244,6 +247,7 @@ impl Sim {
             Ev::RecvWake(i) => self.recv_wake(i),
             Ev::WriteDone(i) => self.write_done(i),
             Ev::EntryDeadline(i) => self.entry_deadline(i),
+            Ev::SnkSettled => self.snk_settled(),
         }
     }
 

@@ -47,6 +47,9 @@ pub struct Sink {
     pub slots: usize,
     /// `Action::Stop` (or a failure): the receiving threads take nothing more.
     pub stopped: bool,
+    /// Data files put in the table whose final word is not yet sent (the engine's
+    /// `Settle`).
+    unsettled: usize,
     pub end: End,
     frames: Vec<Frame>,
     pub payload: Vec<u8>,
@@ -71,6 +74,7 @@ impl Sink {
                 update: o.update,
                 no_clobber: o.no_clobber,
                 chunk_bytes: w.chunk_bytes,
+                sink_closes: o.sink_closes,
             }),
             table: FileTable::default(),
             inbox: VecDeque::new(),
@@ -81,6 +85,7 @@ impl Sink {
             recv_woken: vec![false; n],
             slots: w.shape.slots,
             stopped: false,
+            unsettled: 0,
             end: End::Running,
             frames: Vec::new(),
             payload: Vec::new(),
@@ -121,7 +126,10 @@ impl Sim {
         let mut cost = 1;
         match self.snk.master.on_frame(frame) {
             Err(e) => self.snk_fail(format!("the source's error {e:?}")),
-            Ok(Flow::Continue) => self.snk_drain(None),
+            Ok(Flow::Continue) => {
+                self.snk_drain(None);
+                self.snk_check_settled();
+            }
             Ok(Flow::Announce(entries)) => {
                 for entry in &entries {
                     if self.snk.end != End::Running {
@@ -343,8 +351,9 @@ impl Sim {
             partial,
         }));
         at.received = Some(Rc::clone(&shared));
-        if let Err(err) = self.snk.table.insert(id, shared) {
-            self.snk_fail(err.to_string());
+        match self.snk.table.insert(id, shared) {
+            Ok(()) => self.snk.unsettled += 1,
+            Err(err) => self.snk_fail(err.to_string()),
         }
     }
 
@@ -392,16 +401,47 @@ impl Sim {
     /// `finish_entry`: out of the table, its end reported to the source.
     pub fn finish_entry(&mut self, entry: &FileEntry, result: Result<[u8; 16], FileError>) {
         let file_id = entry.file_id;
-        self.snk.table.remove(file_id);
+        let was_in = self.snk.table.remove(file_id).is_some();
         let frame = ended_frame(file_id, &result, str::to_string);
         self.send_to_source(frame);
         let end = result.map_err(|e| e.message);
         self.log.sink_ends.entry(file_id).or_default().push(end);
+        if was_in {
+            self.snk.unsettled -= 1;
+            self.snk_check_settled();
+        }
+    }
+
+    /// After a data file's final word, or a frame: with none in flight once the
+    /// manifest ended, the master is told (an event of its own, as the engine's
+    /// writer signals the master thread).
+    fn snk_check_settled(&mut self) {
+        if self.w.opts.sink_closes
+            && self.snk.unsettled == 0
+            && self.snk.master.manifest_ended()
+            && self.snk.end == End::Running
+        {
+            self.q.at(self.now, Ev::SnkSettled);
+        }
+    }
+
+    /// The master learns that nothing is in flight: it closes the session itself.
+    pub fn snk_settled(&mut self) {
+        if self.snk.end != End::Running || self.snk.unsettled != 0 {
+            return;
+        }
+        if self.snk.master.settled() {
+            self.snk_drain(None);
+            say!(self, "sink: settled; closed");
+            self.snk.end = End::Finished;
+            self.snk_close_connection();
+        }
     }
 
     /// The source could not read the file: forgotten (its partial stays for resume).
     fn forget(&mut self, file_id: u64) {
         if let Forgotten::Entry(shared) = self.snk.table.forget(file_id) {
+            self.snk.unsettled -= 1;
             let mut e = shared.borrow_mut();
             e.chunks.end();
             e.partial = None;

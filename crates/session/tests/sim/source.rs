@@ -71,7 +71,10 @@ pub struct Source {
 
 impl Source {
     pub fn new(w: &World) -> Source {
-        let cfg = SourceConfig::new(w.chunk_bytes, w.opts.negotiates());
+        let cfg = SourceConfig {
+            sink_closes: w.opts.sink_closes,
+            ..SourceConfig::new(w.chunk_bytes, w.opts.negotiates())
+        };
         Source {
             core: SourceCore::new(cfg),
             sched: Scheduler::new(w.chunk_bytes, SMALL_FILE_MAX_BYTES),
@@ -210,7 +213,7 @@ impl Sim {
     }
 
     /// `source::run` after `Master::run`: the readers joined, the data connections
-    /// closed, then `Close`.
+    /// closed, then `Close` (or, where the sink closes by itself, its `CloseAck`).
     fn src_data_sent(&mut self) {
         if self.src.data_closed || self.src.readers.iter().any(|r| *r != Reader::Ended) {
             return;
@@ -219,13 +222,18 @@ impl Sim {
         assert_eq!(self.src.sched.in_flight(), 0);
         self.src.data_closed = true;
         self.close_data();
-        say!(self, "source: every chunk sent; Close");
+        say!(self, "source: every chunk sent; the close");
         self.src.core.on_data_sent(instant(self.now));
         self.src_carry_out();
-        if let Waiting::CloseAck { deadline } = self.src.core.waiting_for() {
-            let at = deadline.since_origin().as_micros();
-            self.q
-                .at(u64::try_from(at).expect("small"), Ev::SrcCloseDeadline);
+        match self.src.core.waiting_for() {
+            Waiting::CloseAck { deadline } => {
+                let at = deadline.since_origin().as_micros();
+                self.q
+                    .at(u64::try_from(at).expect("small"), Ev::SrcCloseDeadline);
+            }
+            // The sink closed by itself before the data path ended.
+            Waiting::Finished => self.src_progress(),
+            _ => {}
         }
     }
 
@@ -258,7 +266,13 @@ impl Sim {
         let mut wake = false;
         while let Some(action) = self.src.core.poll_action() {
             match action {
-                SourceAction::Send(frame) => self.send_to_sink(frame),
+                SourceAction::Send(frame) => {
+                    assert!(
+                        !(self.w.opts.sink_closes && matches!(frame, Frame::Close(_))),
+                        "the source sent Close to a sink that closes by itself"
+                    );
+                    self.send_to_sink(frame);
+                }
                 SourceAction::Schedule { file_id, skip } => {
                     say!(self, "schedule {file_id} less {skip:?}");
                     let file = self.sim_file(file_id);

@@ -17,6 +17,8 @@ pub struct Opts {
     pub update: bool,
     pub no_clobber: bool,
     pub chunk_acks: bool,
+    /// `SINK_CLOSES`: the sink ends the session itself, the source sends no `Close`.
+    pub sink_closes: bool,
 }
 
 impl Opts {
@@ -124,6 +126,8 @@ impl World {
             update: rng.chance(250),
             no_clobber: rng.chance(200),
             chunk_acks: rng.chance(600),
+            // Its own stream, so the worlds drawn before it stay as they were.
+            sink_closes: Rng::new(seed, 0).chance(500),
         };
         let faults = draw_faults(&mut rng);
         let shape = draw_shape(&mut rng);

@@ -39,6 +39,11 @@ bitflags_type! {
         /// source client may send chunks right behind its `Join` and read `Joined`
         /// later, instead of waiting a round trip for it.
         const CHUNKS_AFTER_JOIN = 1 << 9;
+        /// A file session's sink ends it by itself: once `ManifestEnd` has come and
+        /// every entry has its final word, it finishes the directories and sends
+        /// `CloseAck` unasked, right behind the last `FileDone`; the source sends no
+        /// `Close` (one round trip less at the end).
+        const SINK_CLOSES = 1 << 10;
     }
 }
 
