@@ -157,6 +157,8 @@ fn config(
         pipeline: Pipeline::Auto,
         direct: !f.buffered,
         chunk_acks: true,
+        // The handshake decides (`SessionOptions::accepted`).
+        sink_closes: false,
         pace: Pace::none(),
     };
     Ok(CopyConfig {

@@ -20,8 +20,7 @@ use crate::stats::{Stats, Summary};
 use crate::thirdparty::deliver;
 use crate::transport::{FrameReader, FrameWriter};
 use sluice_wire::{
-    Addresses, Capabilities, Direction, ErrorCode, ErrorFrame, Established, Frame, JoinTable, Open,
-    Token,
+    Addresses, Direction, ErrorCode, ErrorFrame, Established, Frame, JoinTable, Open, Token,
 };
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -79,13 +78,12 @@ pub fn serve_one(listener: &TcpListener, cfg: &OneShotConfig) -> Result<Summary,
         let msg = crate::sink::redact_root(&e.to_string(), &root);
         let _ = writer.send(&ErrorFrame::new(e.code(), msg));
     })?;
-    let chunk_acks = est.capabilities.contains(Capabilities::CHUNK_ACKS);
     let server = ServerSide {
         slot_bytes: cfg.runtime.chunk_bytes(),
         io_threads: cfg.io_threads,
         read_depth: cfg.read_depth,
     };
-    let mut opts = SessionOptions::served(&open.options, server, chunk_acks);
+    let mut opts = SessionOptions::served(&open.options, server, est.capabilities);
     // A daemon-to-daemon copy from this side: the destination's session comes in
     // `Delegate`, and this side dials it (as the daemon does, `crate::thirdparty`).
     let delegate = if open.direction == Direction::Deliver {

@@ -80,6 +80,9 @@ pub struct SessionOptions {
     /// The sink acknowledges every chunk (`CHUNK_ACKS` negotiated): the source's `auto`
     /// then measures delivered goodput instead of bytes handed to its sockets.
     pub chunk_acks: bool,
+    /// The sink ends the session by itself (`SINK_CLOSES` negotiated): it sends
+    /// `CloseAck` unasked behind the last final word, and the source sends no `Close`.
+    pub sink_closes: bool,
     /// The session's bandwidth limit on this host (`--bwlimit`; none by default).
     pub pace: crate::bwlimit::Pace,
 }
@@ -101,6 +104,7 @@ impl Default for SessionOptions {
             pipeline: Pipeline::Auto,
             direct: true,
             chunk_acks: true,
+            sink_closes: false,
             pace: crate::bwlimit::Pace::none(),
         }
     }
@@ -136,8 +140,13 @@ impl SessionOptions {
 
     /// The options a daemon runs a session with: the client's flags from `open`, at most
     /// [`MAX_STREAMS`] streams (at least 1) and the daemon's slot size, and the daemon's
-    /// own storage settings. `chunk_acks`: whether both sides agreed to them.
-    pub fn served(open: &OpenOptions, server: ServerSide, chunk_acks: bool) -> SessionOptions {
+    /// own storage settings; chunk acknowledgements and the sink's own close where the
+    /// handshake agreed on them (`capabilities`).
+    pub fn served(
+        open: &OpenOptions,
+        server: ServerSide,
+        capabilities: Capabilities,
+    ) -> SessionOptions {
         let opts = SessionOptions {
             streams: open.streams.clamp(1, MAX_STREAMS),
             chunk_bytes: open.chunk_bytes.min(server.slot_bytes),
@@ -152,7 +161,8 @@ impl SessionOptions {
             compress: crate::codec::plan::asked_by_peer(open.compress),
             pipeline: Pipeline::Auto,
             direct: open.direct,
-            chunk_acks,
+            chunk_acks: capabilities.contains(Capabilities::CHUNK_ACKS),
+            sink_closes: capabilities.contains(Capabilities::SINK_CLOSES),
             pace: crate::bwlimit::Pace::none(),
         };
         debug_assert!((1..=MAX_STREAMS).contains(&opts.streams));
@@ -163,7 +173,8 @@ impl SessionOptions {
 
 impl SessionOptions {
     /// A client's options once the daemon accepted: its streams, its chunk size (which
-    /// must fit this side's `slot_bytes`) and whether chunks are acknowledged.
+    /// must fit this side's `slot_bytes`), whether chunks are acknowledged and whether
+    /// the sink closes the session by itself.
     ///
     /// # Errors
     /// The daemon chose a chunk size this side cannot hold (the message says why).
@@ -184,6 +195,7 @@ impl SessionOptions {
             streams: accept.streams(),
             chunk_bytes: accept.chunk_bytes,
             chunk_acks: capabilities.contains(Capabilities::CHUNK_ACKS),
+            sink_closes: capabilities.contains(Capabilities::SINK_CLOSES),
             ..self.clone()
         })
     }
@@ -321,21 +333,23 @@ mod tests {
             io_threads: 3,
             read_depth: 1,
         };
-        let served = SessionOptions::served(&open, server, false);
+        let served = SessionOptions::served(&open, server, Capabilities::EMPTY);
         assert_eq!(served.streams, MAX_STREAMS, "at most MAX_STREAMS");
         assert_eq!(served.chunk_bytes, 4 << 20, "at most the daemon's slot");
         assert_eq!((served.io_threads, served.read_depth), (3, 1));
         assert!(served.resume && served.no_clobber && served.update && served.fsync);
         assert!(served.verify && served.recursive && !served.direct && !served.chunk_acks);
+        assert!(!served.sink_closes);
         assert_eq!(served.compress, CompressMode::Auto);
         let none = SessionOptions {
             streams: 0,
             ..SessionOptions::default()
         };
-        let served = SessionOptions::served(&none.open_options(), server, true);
+        let agreed = Capabilities::CHUNK_ACKS.union(Capabilities::SINK_CLOSES);
+        let served = SessionOptions::served(&none.open_options(), server, agreed);
         assert_eq!(served.streams, 1, "at least one stream");
         assert_eq!(served.compress, CompressMode::None);
-        assert!(served.direct && served.chunk_acks);
+        assert!(served.direct && served.chunk_acks && served.sink_closes);
     }
 
     #[test]

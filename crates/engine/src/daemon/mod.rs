@@ -32,8 +32,8 @@ use crate::transport::{self, FrameReader, FrameWriter};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use sluice_placement::Role as PlanRole;
 use sluice_wire::{
-    Accept, Addresses, Capabilities, Direction, ErrorCode, ErrorFrame, Established, Frame, Join,
-    JoinTable, Open, StreamAddress, Token,
+    Accept, Addresses, Direction, ErrorCode, ErrorFrame, Established, Frame, Join, JoinTable, Open,
+    StreamAddress, Token,
 };
 use std::cell::Cell;
 use std::collections::HashMap;

@@ -61,8 +61,8 @@ impl Daemon {
         conn: &mut Conn,
         rec: &mut Record,
     ) -> Result<(), EngineError> {
-        let chunk_acks = est.capabilities.contains(Capabilities::CHUNK_ACKS);
-        let mut opts = SessionOptions::served(&open.options, self.server_side(), chunk_acks);
+        let mut opts = SessionOptions::served(&open.options, self.server_side(), est.capabilities);
+        let chunk_acks = opts.chunk_acks;
         let limits = [self.bwlimit.as_ref(), account.bwlimit.as_ref()];
         opts.pace = crate::bwlimit::Pace::new(None, &limits);
         // The path is checked before anything is allocated or created.

@@ -1,17 +1,15 @@
 //! The client side of opening a session: connect, handshake, `Open`, the daemon's
 //! `Accept` (and `Addresses`), then one joined data connection per stream.
 
-use super::handshake::{
-    client_handshake, client_handshake_early, handshake_error, Early, HANDSHAKE_TIMEOUT,
-};
+use super::handshake::{client_handshake_early, handshake_error, Early, HANDSHAKE_TIMEOUT};
 use super::predial::{self, Dialled, Predialled};
 use super::tls::{secure_control, ClientTls, DataDial, Encrypt, Fingerprint, Link};
 use super::transport::{self, FrameReader, FrameWriter};
 use crate::error::EngineError;
 use crossbeam_channel::Receiver;
 use sluice_wire::{
-    Accept, Addresses, Capabilities, ClientJoin, Direction, ErrorCode, Established, Frame, Open,
-    Token,
+    Accept, Addresses, Capabilities, ClientConfig, ClientJoin, Direction, ErrorCode, Established,
+    Frame, Open, Token,
 };
 use std::net::TcpStream;
 use std::time::Duration;
@@ -123,7 +121,7 @@ fn handshake_and_open(
 ) -> Result<Established, EngineError> {
     let build = |caps: Capabilities| Frame::Open(offer_direct(open.clone(), caps, addr));
     let early: Option<Early<'_>> = writer.is_tls().then_some(&build);
-    let (est, sent) = client_handshake_early(reader, writer, token, early)
+    let (est, sent) = client_handshake_early(reader, writer, ClientConfig::new(token), early)
         .map_err(|e| clear_text_refused(e, addr, tls.encrypt))?;
     if !sent {
         writer.send(&build(est.capabilities))?;
@@ -228,8 +226,11 @@ impl Dials<'_> {
 /// result and, when encrypted, how to open the data connections.
 pub(crate) type Control = (FrameReader, FrameWriter, Established, Option<DataDial>);
 
-/// Opens the control connection to `addr`, encrypted when `tls` says so, and runs the
-/// client handshake on it.
+/// Opens the control connection of a third-party copy to `addr`, encrypted when `tls`
+/// says so, and runs the client handshake on it. It offers every capability but
+/// `SINK_CLOSES`: the client relays between two daemons, and a sink that closes by
+/// itself needs a source that expects it, which two daemons of different versions
+/// may not agree on; with the bit withheld, both run the `Close` exchange.
 pub(crate) fn connect_control(
     addr: &str,
     token: Option<Token>,
@@ -237,7 +238,10 @@ pub(crate) fn connect_control(
 ) -> Result<Control, EngineError> {
     let (link, dial) = dial_control(addr, tls)?;
     let (mut reader, mut writer) = transport::control_halves(link)?;
-    let est = client_handshake(&mut reader, &mut writer, token)
+    let mut config = ClientConfig::new(token);
+    config.capabilities.set(Capabilities::SINK_CLOSES, false);
+    let est = client_handshake_early(&mut reader, &mut writer, config, None)
+        .map(|(est, _)| est)
         .map_err(|e| clear_text_refused(e, addr, tls.encrypt))?;
     Ok((reader, writer, est, dial))
 }

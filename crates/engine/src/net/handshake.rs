@@ -69,7 +69,7 @@ pub fn client_handshake(
     writer: &mut FrameWriter,
     token: Option<Token>,
 ) -> Result<Established, EngineError> {
-    client_handshake_early(reader, writer, token, None).map(|(est, _)| est)
+    client_handshake_early(reader, writer, ClientConfig::new(token), None).map(|(est, _)| est)
 }
 
 /// Builds, from the capabilities the server chose, the frame that may follow the
@@ -93,10 +93,9 @@ pub(crate) type Early<'a> = &'a dyn Fn(Capabilities) -> Frame;
 pub(crate) fn client_handshake_early(
     reader: &mut FrameReader,
     writer: &mut FrameWriter,
-    token: Option<Token>,
+    config: ClientConfig,
     early: Option<Early<'_>>,
 ) -> Result<(Established, bool), EngineError> {
-    let config = ClientConfig::new(token);
     let bound_caps = config.capabilities.intersection(BOUND_CAPABILITIES);
     let mut hs = ClientHandshake::new(config, random()?);
     let mut out = Vec::new();

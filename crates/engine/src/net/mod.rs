@@ -27,6 +27,8 @@ pub mod transport;
 pub mod tuning;
 
 #[cfg(test)]
+mod ending_tests;
+#[cfg(test)]
 mod flights;
 #[cfg(test)]
 mod opening_tests;

@@ -88,16 +88,18 @@ pub(super) fn reread_digest(
 }
 
 /// Reports an entry's end to the source (`FileDone`, or `FileFailed` with the error's
-/// own code) and to the statistics; forgets it.
+/// own code) and to the statistics; forgets it. A data file leaves the files in flight
+/// once its word is queued.
 pub(super) fn finish_entry(
     shared: &Shared,
     entry: &FileEntry,
     result: Result<[u8; 16], FileError>,
 ) {
     let file_id = entry.file_id;
-    shared.table.remove(file_id);
+    let was_in_flight = shared.table.remove(file_id).is_some();
     if let Err(e) = &result {
         tracing::warn!("{e}");
+        shared.settle.file_failed();
     }
     // The peer learns what failed, not where this side keeps its files.
     let frame = ended_frame(file_id, &result, |m| redact_root(m, &shared.root));
@@ -107,4 +109,7 @@ pub(super) fn finish_entry(
         Err(e) => FileOutcome::Failed { message: e.message },
     };
     shared.stats.file_done(entry, outcome);
+    if was_in_flight {
+        shared.settle.ended();
+    }
 }

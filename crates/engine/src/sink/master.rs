@@ -10,7 +10,7 @@ use crate::error::EngineError;
 use crate::fs::{self as sinkfs, io_file_error, ResumeMode, SinkFile};
 use crate::session::DestMap;
 use crate::stats::FileOutcome;
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{select, Receiver};
 use sluice_session::sink::{
     Action, ChunkAccount, DestFacts, FileChunks, FileError, Flow, Forgotten, Master, Options,
     PartialFacts, Probe,
@@ -18,11 +18,14 @@ use sluice_session::sink::{
 use sluice_wire::{ErrorCode, FileEntry, RelPath};
 use std::sync::{Arc, Mutex};
 
-/// Runs the control loop until `Close` (or the source's error, or a lost connection).
+/// Runs the control loop until `Close` (or the source's error, or a lost connection);
+/// where the sink closes by itself, until the manifest has ended and the last file
+/// (`settled` wakes this thread when another one ends it).
 pub(super) fn run(
     shared: &Arc<Shared>,
     dest: &DestMap,
     events: &Receiver<ControlEvent>,
+    settled: &Receiver<()>,
 ) -> Result<(), EngineError> {
     let o = &shared.opts;
     let mut core = Master::new(Options {
@@ -30,13 +33,24 @@ pub(super) fn run(
         update: o.update,
         no_clobber: o.no_clobber,
         chunk_bytes: shared.chunk_bytes,
+        sink_closes: o.sink_closes,
     });
     loop {
-        let ev = events.recv().map_err(|_| EngineError::Disconnected {
+        let ev = select! {
+            recv(events) -> ev => ev,
+            recv(settled) -> _ => {
+                if close_if_settled(shared, &mut core)? {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        let ev = ev.map_err(|_| EngineError::Disconnected {
             peer: "source".into(),
             state: "receiving files".into(),
         })?;
         let frame = ev.into_frame("source", "receiving files")?;
+        let ended = matches!(frame, sluice_wire::Frame::ManifestEnd(_));
         let flow = core.on_frame(frame).map_err(|e| EngineError::Remote {
             code: e.code,
             message: e.message,
@@ -50,7 +64,27 @@ pub(super) fn run(
             }
             Flow::Closed => return drain(shared, &mut core, None),
         }
+        // `ManifestEnd` (and a forgotten file after it) may leave nothing in flight.
+        let nothing_left = if ended {
+            shared.settle.manifest_ended()
+        } else {
+            shared.settle.settled()
+        };
+        if nothing_left && close_if_settled(shared, &mut core)? {
+            return Ok(());
+        }
     }
+}
+
+/// The sink's own close, where it closes by itself and nothing is in flight after
+/// `ManifestEnd`: the directories' modes and times, then `CloseAck`. Returns whether
+/// the session closed.
+fn close_if_settled(shared: &Shared, core: &mut Master) -> Result<bool, EngineError> {
+    if !shared.settle.settled() || !core.settled() {
+        return Ok(false);
+    }
+    drain(shared, core, None)?;
+    Ok(true)
 }
 
 /// The entry being announced, and what its actions left here.
@@ -267,9 +301,14 @@ fn receive(
         }),
     });
     at.received = Some(Arc::clone(&e));
-    shared.table.insert(e).map_err(|err| EngineError::Refused {
-        code: ErrorCode::BadFrame,
-        message: err.to_string(),
+    // Counted before it is in the table: a chunk waiting for it may end it at once.
+    shared.settle.received();
+    shared.table.insert(e).map_err(|err| {
+        shared.settle.unreceived();
+        EngineError::Refused {
+            code: ErrorCode::BadFrame,
+            message: err.to_string(),
+        }
     })
 }
 
@@ -293,6 +332,8 @@ fn complete_now(shared: &Shared, e: Option<Arc<Entry>>) -> Result<(), EngineErro
 fn forget(shared: &Shared, file_id: u64, message: String) {
     match shared.table.forget(file_id) {
         Forgotten::Entry(e) => {
+            shared.settle.file_failed();
+            shared.settle.ended();
             let mut st = lock(&e.state);
             let first = st.chunks.end();
             st.file = None; // dropped = abandoned: the partial stays for resume

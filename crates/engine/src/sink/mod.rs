@@ -8,11 +8,14 @@
 //! its channel's NUMA-local pool, verifies its checksum (a corrupted chunk is
 //! re-requested, never written) and writes it itself (inline) or hands it to the
 //! channel's io-write threads ([`write`], queued). A file is renamed into place only
-//! when every chunk is written (and, with `--verify`, re-read) (`complete`).
+//! when every chunk is written (and, with `--verify`, re-read) (`complete`). Where the
+//! sink closes the session by itself, the thread that ends the last file after
+//! `ManifestEnd` wakes the master (`settle`).
 
 mod complete;
 mod master;
 mod recv;
+mod settle;
 mod table;
 mod write;
 
@@ -61,6 +64,8 @@ struct Shared {
     opts: SessionOptions,
     chunk_bytes: u32,
     table: table::Table,
+    /// Data files in flight, for the sink's own close (`SINK_CLOSES`).
+    settle: settle::Settle,
     control: crate::control::ControlTx,
     stats: Arc<Stats>,
     abort: AtomicBool,
@@ -125,11 +130,13 @@ pub fn run(
         events,
         stats,
     } = wiring;
+    let (settle, settled) = settle::Settle::new();
     let shared = Arc::new(Shared {
         root,
         opts: opts.clone(),
         chunk_bytes: opts.chunk_bytes,
         table: table::Table::default(),
+        settle,
         control: control.clone(),
         stats: Arc::clone(stats),
         abort: AtomicBool::new(false),
@@ -148,13 +155,24 @@ pub fn run(
         writers: &writers,
         decompressors: &decompressors,
     };
+    let stoppers: Vec<_> = conns.iter().filter_map(|c| c.stopper().ok()).collect();
     recv::spawn_receivers(&mut stages, runtime, &shared, &queues, conns)?;
     drop(decompressors);
     drop(writers);
 
-    let result = master::run(&shared, &dest, events);
+    let result = master::run(&shared, &dest, events, &settled);
     if result.is_err() {
         shared.stop();
+    }
+    // Closed by itself with every file whole: every chunk the source sent is in. The
+    // receivers need not wait for the source to end its data connections (it does so
+    // only once it has read the last `FileDone`, a round trip later).
+    // Otherwise they read on to the end, dropping what still comes.
+    if result.is_ok() && opts.sink_closes && shared.settle.nothing_more_comes() {
+        shared.stop();
+        for s in &stoppers {
+            let _ = s.shutdown(std::net::Shutdown::Read);
+        }
     }
     let thread_error = stages.join(|| shared.stop());
     result?;

@@ -116,10 +116,14 @@ fn receive(
 ) -> Result<(), EngineError> {
     let mut decompressor = Decompressor::new();
     let mut clock = shared.stats.clock(channel).homed(Stage::Recv);
+    // Once the session has ended (complete, or stopped), a connection whose reading was
+    // stopped ends this thread quietly, whatever the read saw.
+    let ended = |e: EngineError| if shared.aborted() { Ok(()) } else { Err(e) };
     loop {
-        let header = match conn.next_event()? {
-            DataEvent::Chunk(h) => h,
-            DataEvent::Frame(_) | DataEvent::End => return Ok(()),
+        let header = match conn.next_event() {
+            Ok(DataEvent::Chunk(h)) => h,
+            Ok(DataEvent::Frame(_) | DataEvent::End) => return Ok(()),
+            Err(e) => return ended(e),
         };
         clock.lap(Stage::Recv, Time::Idle);
         let Some(mut slot) = next_slot(shared, pool) else {
@@ -133,7 +137,9 @@ fn receive(
                 slot.len()
             )));
         }
-        conn.payload(&mut slot[..wire])?;
+        if let Err(e) = conn.payload(&mut slot[..wire]) {
+            return ended(e);
+        }
         clock.worked(Stage::Recv, u64::from(header.wire_len));
         slot.set_filled(wire);
         // A limited session reads no faster than its rate: TCP's window holds the

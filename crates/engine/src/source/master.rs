@@ -278,6 +278,11 @@ fn source_error(e: SourceError) -> EngineError {
             peer: "sink".into(),
             state: state.into(),
         },
+        SourceError::Unexpected { got, state } => EngineError::Unexpected {
+            peer: "sink".into(),
+            got: got.into(),
+            state: state.into(),
+        },
     }
 }
 

@@ -152,7 +152,10 @@ pub fn run(
     };
     let outlets = data.start(&mut stages, inline, conns);
     let negotiate = opts.resume || opts.update || opts.no_clobber;
-    let mut core = SourceCore::new(SourceConfig::new(opts.chunk_bytes, negotiate));
+    let mut core = SourceCore::new(SourceConfig {
+        sink_closes: opts.sink_closes,
+        ..SourceConfig::new(opts.chunk_bytes, negotiate)
+    });
     let master = Master::new(&sources, &sched, wiring, &auto, (failed, failures));
     let (outlets, result) = match outlets {
         Ok(o) => (Some(o), master.run(&mut core, opts.recursive)),

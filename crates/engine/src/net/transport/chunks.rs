@@ -208,6 +208,15 @@ impl ChunkReceiver {
         &self.peer
     }
 
+    /// Another handle to the connection's socket, to stop a thread blocked reading it
+    /// (`shutdown(Read)`: its read returns the end) once the session no longer needs it.
+    ///
+    /// # Errors
+    /// The OS refused to duplicate the socket.
+    pub fn stopper(&self) -> io::Result<std::net::TcpStream> {
+        self.stream.stream().try_clone()
+    }
+
     /// The segment table of the last packed chunk.
     pub fn segments(&self) -> &[Segment] {
         &self.segments
