@@ -459,6 +459,29 @@ fn topo_human_output_has_the_distance_matrix() {
     );
 }
 
+/// hwloc's GPU components never run: `gl` connected to every X display it found, and
+/// they all cost start-up time. hwloc names its enabled components where
+/// `HWLOC_COMPONENTS_VERBOSE` is set; the machine's own ones (`linux`) must still be
+/// there.
+#[test]
+fn discovery_loads_no_gpu_components() {
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("topo")
+        .env("HWLOC_COMPONENTS_VERBOSE", "1")
+        .output()
+        .expect("the sluice binary runs");
+    let run = run_of(&["topo"], output).ok();
+    let stderr = &run.stderr;
+    let enabled = stderr
+        .lines()
+        .find(|l| l.contains("Final list of enabled discovery components"))
+        .unwrap_or_else(|| panic!("hwloc names its components: {stderr}"));
+    assert!(enabled.contains("linux("), "{enabled}");
+    for gpu in ["gl(", "opencl(", "cuda(", "nvml(", "rsmi(", "levelzero("] {
+        assert!(!enabled.contains(gpu), "{gpu} in {enabled}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Bad input: one line on stderr naming the value, exit code 2.
 
