@@ -1,7 +1,9 @@
 //! The client side of opening a session: connect, handshake, `Open`, the daemon's
 //! `Accept` (and `Addresses`), then one joined data connection per stream.
 
-use super::handshake::{client_handshake_early, handshake_error, Early, HANDSHAKE_TIMEOUT};
+use super::handshake::{
+    client_handshake_early, client_handshake_offering, handshake_error, Early, HANDSHAKE_TIMEOUT,
+};
 use super::predial::{self, Dialled, Predialled};
 use super::tls::{secure_control, ClientTls, DataDial, Encrypt, Fingerprint, Link};
 use super::transport::{self, FrameReader, FrameWriter};
@@ -240,8 +242,7 @@ pub(crate) fn connect_control(
     let (mut reader, mut writer) = transport::control_halves(link)?;
     let mut config = ClientConfig::new(token);
     config.capabilities.set(Capabilities::SINK_CLOSES, false);
-    let est = client_handshake_early(&mut reader, &mut writer, config, None)
-        .map(|(est, _)| est)
+    let est = client_handshake_offering(&mut reader, &mut writer, config)
         .map_err(|e| clear_text_refused(e, addr, tls.encrypt))?;
     Ok((reader, writer, est, dial))
 }

@@ -105,13 +105,7 @@ fn copy_small_file(pull: bool) -> (usize, Vec<u8>) {
 /// next; the client's closing of its connections comes after it returned.)
 #[test]
 fn a_small_push_ends_with_the_sinks_own_close_in_six_flights() {
-    let (flights, arrived) = copy_small_file(false);
-    assert_eq!(arrived, payload());
-    eprintln!("the push took {flights} flights");
-    assert!(
-        flights <= 6,
-        "{flights} one-way trips for a whole small push"
-    );
+    copies_whole_in_six_flights(false, "push");
 }
 
 /// A pull: this side is the sink, and returns once its `CloseAck` is on its way: 6
@@ -119,11 +113,16 @@ fn a_small_push_ends_with_the_sinks_own_close_in_six_flights() {
 /// send `Close`, which the daemon does only once it has read the last `FileDone`.
 #[test]
 fn a_small_pull_returns_without_waiting_for_the_daemon_in_six_flights() {
-    let (flights, arrived) = copy_small_file(true);
+    copies_whole_in_six_flights(true, "pull");
+}
+
+/// The file arrives whole, and the copy takes at most 6 flights.
+fn copies_whole_in_six_flights(pull: bool, what: &str) {
+    let (flights, arrived) = copy_small_file(pull);
     assert_eq!(arrived, payload());
-    eprintln!("the pull took {flights} flights");
+    eprintln!("the {what} took {flights} flights");
     assert!(
         flights <= 6,
-        "{flights} one-way trips for a whole small pull"
+        "{flights} one-way trips for a whole small {what}"
     );
 }

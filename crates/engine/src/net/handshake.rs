@@ -69,7 +69,20 @@ pub fn client_handshake(
     writer: &mut FrameWriter,
     token: Option<Token>,
 ) -> Result<Established, EngineError> {
-    client_handshake_early(reader, writer, ClientConfig::new(token), None).map(|(est, _)| est)
+    client_handshake_offering(reader, writer, ClientConfig::new(token))
+}
+
+/// [`client_handshake`] offering `config`'s capabilities (a third-party copy withholds
+/// one).
+///
+/// # Errors
+/// As [`client_handshake`].
+pub(crate) fn client_handshake_offering(
+    reader: &mut FrameReader,
+    writer: &mut FrameWriter,
+    config: ClientConfig,
+) -> Result<Established, EngineError> {
+    client_handshake_early(reader, writer, config, None).map(|(est, _)| est)
 }
 
 /// Builds, from the capabilities the server chose, the frame that may follow the

@@ -65,12 +65,10 @@ pub(super) fn run(
             Flow::Closed => return drain(shared, &mut core, None),
         }
         // `ManifestEnd` (and a forgotten file after it) may leave nothing in flight.
-        let nothing_left = if ended {
-            shared.settle.manifest_ended()
-        } else {
-            shared.settle.settled()
-        };
-        if nothing_left && close_if_settled(shared, &mut core)? {
+        if ended {
+            shared.settle.end_manifest();
+        }
+        if close_if_settled(shared, &mut core)? {
             return Ok(());
         }
     }

@@ -57,12 +57,11 @@ impl Settle {
         }
     }
 
-    /// The master handled `ManifestEnd`; returns whether nothing is in flight now.
-    /// With the two `SeqCst` orders, either the master reads zero here or the thread
-    /// that ends the last file reads the flag and wakes it (both may happen).
-    pub(super) fn manifest_ended(&self) -> bool {
+    /// The master handled `ManifestEnd`. With the two `SeqCst` orders, either the
+    /// master's [`Settle::settled`] after this reads zero or the thread that ends the
+    /// last file reads the flag and wakes it (both may happen).
+    pub(super) fn end_manifest(&self) {
         self.manifest_ended.store(true, Ordering::SeqCst);
-        self.settled()
     }
 
     /// A file failed (the sink's `FileFailed`, or the source's).
@@ -95,7 +94,8 @@ mod tests {
         s.received();
         s.ended();
         assert!(woken.try_recv().is_err(), "the manifest may announce more");
-        assert!(!s.manifest_ended(), "one file is in flight");
+        s.end_manifest();
+        assert!(!s.settled(), "one file is in flight");
         s.ended();
         assert!(woken.try_recv().is_ok(), "the last one wakes the master");
         assert!(s.settled());
@@ -113,7 +113,8 @@ mod tests {
         s.received();
         s.ended();
         assert!(!s.settled(), "the manifest has not ended");
-        assert!(s.manifest_ended());
+        s.end_manifest();
+        assert!(s.settled());
         assert!(woken.try_recv().is_err(), "nobody needs waking");
     }
 
@@ -129,7 +130,8 @@ mod tests {
                 let s = std::sync::Arc::clone(&s);
                 std::thread::spawn(move || s.ended())
             };
-            let at_once = s.manifest_ended();
+            s.end_manifest();
+            let at_once = s.settled();
             t.join().unwrap();
             assert!(at_once || woken.try_recv().is_ok());
         }
