@@ -80,6 +80,17 @@ fn audit_lines(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The audit log's lines once it holds `want` of them (the daemon writes a refusal's
+/// line after sending the refusal, so the client may return first), or what it holds
+/// after 10 s, for the caller's assertion to show.
+fn audit_lines_when(path: &Path, want: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while audit_lines(path).len() < want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    audit_lines(path)
+}
+
 #[track_caller]
 fn assert_refused(out: &Out, want: &str) {
     assert_ne!(out.code, Some(0), "{out:?}");
@@ -174,7 +185,7 @@ fn each_account_sees_only_its_root_and_has_only_its_rights() {
 
 /// The audit lines of [`each_account_sees_only_its_root_and_has_only_its_rights`].
 fn check_audit(audit: &Path, size: u64) {
-    let lines = audit_lines(audit);
+    let lines = audit_lines_when(audit, 10);
     let text = std::fs::read_to_string(audit).unwrap();
     for secret in [
         "alice-secret",
@@ -244,7 +255,7 @@ fn an_expired_token_is_refused_and_only_its_holder_is_told_why() {
     );
     assert!(!site.path("a/f.txt").exists());
     // The audit names the account whose token was proved, and only that one.
-    let lines = audit_lines(&audit);
+    let lines = audit_lines_when(&audit, 2);
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(
         lines.iter().all(|l| l["result"] == "AuthFailed"),
