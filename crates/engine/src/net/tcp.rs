@@ -43,6 +43,42 @@ pub struct TcpFigures {
 
 /// The connection's `TCP_INFO`, or `None` where the kernel gives none.
 pub fn figures(stream: &TcpStream) -> Option<TcpFigures> {
+    let info = tcp_info(stream)?;
+    Some(TcpFigures {
+        rtt_us: info.tcpi_rtt,
+        min_rtt_us: info.tcpi_min_rtt,
+        retransmits: info.tcpi_total_retrans,
+        bytes_sent: info.tcpi_bytes_sent,
+        bytes_retrans: info.tcpi_bytes_retrans,
+        bytes_acked: info.tcpi_bytes_acked,
+        bytes_received: info.tcpi_bytes_received,
+        delivery_rate: info.tcpi_delivery_rate,
+        snd_cwnd: info.tcpi_snd_cwnd,
+        last_data_recv_ms: info.tcpi_last_data_recv,
+    })
+}
+
+/// What a sending connection still has to send, and how fast it sends now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backlog {
+    /// Bytes written to the socket and not yet sent (`tcpi_notsent_bytes`).
+    pub unsent: u64,
+    /// The rate the kernel paces the connection at, bytes/s (`tcpi_pacing_rate`: the
+    /// congestion control's estimate of its share of the path, within
+    /// `SO_MAX_PACING_RATE`).
+    pub rate: u64,
+}
+
+/// The connection's [`Backlog`] now, or `None` where the kernel gives no `TCP_INFO`.
+pub fn backlog(stream: &TcpStream) -> Option<Backlog> {
+    let info = tcp_info(stream)?;
+    Some(Backlog {
+        unsent: u64::from(info.tcpi_notsent_bytes),
+        rate: info.tcpi_pacing_rate,
+    })
+}
+
+fn tcp_info(stream: &TcpStream) -> Option<libc::tcp_info> {
     // SAFETY: tcp_info is plain old data; all-zero is a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::tcp_info>()).ok()?;
@@ -57,18 +93,7 @@ pub fn figures(stream: &TcpStream) -> Option<TcpFigures> {
             &mut len,
         )
     };
-    (rc == 0).then_some(TcpFigures {
-        rtt_us: info.tcpi_rtt,
-        min_rtt_us: info.tcpi_min_rtt,
-        retransmits: info.tcpi_total_retrans,
-        bytes_sent: info.tcpi_bytes_sent,
-        bytes_retrans: info.tcpi_bytes_retrans,
-        bytes_acked: info.tcpi_bytes_acked,
-        bytes_received: info.tcpi_bytes_received,
-        delivery_rate: info.tcpi_delivery_rate,
-        snd_cwnd: info.tcpi_snd_cwnd,
-        last_data_recv_ms: info.tcpi_last_data_recv,
-    })
+    (rc == 0).then_some(info)
 }
 
 /// The path's round-trip time as the kernel measured it on `stream` (its minimum, else
@@ -333,6 +358,32 @@ mod tests {
         assert!(f.bytes_sent >= 100_000, "{f:?}");
         assert_eq!(figures(&s).unwrap().bytes_received, 100_000);
         assert!(rtt(&c).is_some(), "loopback has an RTT sample after data");
+    }
+
+    #[test]
+    fn the_backlog_counts_what_the_peer_has_not_taken() {
+        let (mut c, s) = pair();
+        let idle = backlog(&c).expect("TCP_INFO on Linux");
+        assert_eq!(idle.unsent, 0, "{idle:?}");
+        assert!(idle.rate > 0, "{idle:?}");
+        // The peer reads nothing: once its window is full, what follows stays unsent.
+        use std::io::Write;
+        c.set_nonblocking(true).unwrap();
+        let block = vec![7u8; 1 << 16];
+        let mut written = 0usize;
+        while written < 64 << 20 {
+            match c.write(&block) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let full = backlog(&c).unwrap();
+        assert!(
+            full.unsent > 0 && full.unsent <= written as u64,
+            "{full:?} of {written}"
+        );
+        drop(s);
     }
 
     #[test]

@@ -2,10 +2,12 @@
 //! it on one of its channel's connections (inline, seed 003), or queued for the
 //! channel's net-send threads; and the compress stage between the readers and the wire.
 
+use super::earliest;
 use crate::bwlimit::Pace;
 use crate::codec::{CodecPlan, Compressor, SharedAuto};
 use crate::error::EngineError;
 use crate::monitor::{Stage, StageClock, Time};
+use crate::net::tcp;
 use crate::pipeline::Stages;
 use crate::runtime::{queue_for, Queues, Runtime};
 use crate::stats::Stats;
@@ -15,11 +17,27 @@ use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_wire::{ChunkHeader, Close, CloseReason, Compression, Segment};
 use std::collections::HashMap;
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// One data connection's sending half, shared by the threads that may use it.
-type Conn = Mutex<ChunkSender>;
+/// One data connection: its sending half, shared by the threads that may use it, and
+/// a handle on its socket that reads the connection's backlog without the lock.
+struct Conn {
+    sender: Mutex<ChunkSender>,
+    probe: Option<TcpStream>,
+}
+
+impl Conn {
+    fn lock(&self) -> MutexGuard<'_, ChunkSender> {
+        self.sender.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// When a chunk of `len` bytes would have left this connection ([`earliest`]).
+    fn finish_ns(&self, len: u64) -> u128 {
+        earliest::finish_ns(self.probe.as_ref().and_then(tcp::backlog), len)
+    }
+}
 
 /// A chunk ready to go out: to the compress stage, or to the senders' queue.
 pub(super) struct Outgoing {
@@ -42,7 +60,11 @@ impl Conns {
         let mut all = Vec::with_capacity(conns.len());
         for (i, c) in conns.into_iter().enumerate() {
             let (channel, _) = runtime.pool_for(Role::NetSend, index(i));
-            let conn = Arc::new(Mutex::new(c));
+            let probe = c.probe();
+            let conn = Arc::new(Conn {
+                sender: Mutex::new(c),
+                probe,
+            });
             by_channel
                 .entry(channel)
                 .or_default()
@@ -60,7 +82,7 @@ impl Conns {
     /// Tells the sink that no more chunks follow on each data connection.
     pub(super) fn close_all(&self) {
         for conn in &self.all {
-            let mut c = conn.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut c = conn.lock();
             let _ = c.send_frame(&Close {
                 reason: CloseReason::Done,
             });
@@ -136,6 +158,8 @@ impl Outlets {
                 .cloned()
                 .unwrap_or_else(|| self.conns.all.clone()),
             rr: k as usize,
+            finish: Vec::new(),
+            order: Vec::new(),
             clock: self.stats.clock(channel),
             home: Stage::Read,
             stats: Arc::clone(&self.stats),
@@ -166,7 +190,7 @@ fn send_queued(
             break;
         }
         pace.wait(u64::from(out.header.wire_len));
-        let mut c = conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut c = conn.lock();
         c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
         clock.worked(Stage::Send, u64::from(out.header.wire_len));
         stats.add_wire(channel, u64::from(out.header.wire_len));
@@ -228,6 +252,10 @@ pub(super) struct Dispatch {
     own: Vec<Arc<Conn>>,
     /// Round-robin start over `own`.
     rr: usize,
+    /// Per connection of `own`, when the chunk in hand would have left it; and `own`'s
+    /// indices ranked by it (both reused chunk after chunk).
+    finish: Vec<u128>,
+    order: Vec<usize>,
     /// The thread's stage clock (its stages' time and chunks).
     pub(super) clock: StageClock,
     /// The stage of the thread holding it (read, or compress): where the time it waits
@@ -283,27 +311,16 @@ impl Dispatch {
         }
     }
 
-    /// Sends on a free connection of this channel, or waits for one; gives the segment
-    /// list back, emptied.
+    /// Sends on the free connection of this channel where the chunk would leave
+    /// soonest ([`earliest`]), or waits for the soonest one when none is free; gives the
+    /// segment list back, emptied.
     fn send_inline(&mut self, mut out: Outgoing) -> Result<Vec<Segment>, EngineError> {
-        self.pace.wait(u64::from(out.header.wire_len));
-        let n = self.own.len();
-        let mut sent = false;
-        for k in 0..n {
-            if let Ok(mut c) = self.own[(self.rr + k) % n].try_lock() {
-                self.clock.lap(self.home, Time::Blocked);
-                c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
-                sent = true;
-                break;
-            }
-        }
-        if !sent {
-            let mut c = self.own[self.rr % n]
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            self.clock.lap(self.home, Time::Blocked);
-            c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
-        }
+        let len = u64::from(out.header.wire_len);
+        self.pace.wait(len);
+        let mut c = choose(&self.own, len, self.rr, (&mut self.finish, &mut self.order));
+        self.clock.lap(self.home, Time::Blocked);
+        c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
+        drop(c);
         self.rr = self.rr.wrapping_add(1);
         self.clock
             .worked(Stage::Send, u64::from(out.header.wire_len));
@@ -314,6 +331,27 @@ impl Dispatch {
     }
 }
 
+/// Locks the connection of `own` a chunk of `len` bytes goes on: the free one where it
+/// would leave soonest, else (none free) the soonest one once it is; `rr` is the
+/// round-robin turn among equals. `finish` and `order` are the caller's, reused.
+fn choose<'a>(
+    own: &'a [Arc<Conn>],
+    len: u64,
+    rr: usize,
+    (finish, order): (&mut Vec<u128>, &mut Vec<usize>),
+) -> MutexGuard<'a, ChunkSender> {
+    debug_assert!(!own.is_empty(), "a dispatch has a connection");
+    finish.clear();
+    if own.len() > 1 {
+        finish.extend(own.iter().map(|c| c.finish_ns(len)));
+    } else {
+        finish.push(u128::MAX);
+    }
+    earliest::rank(finish, rr, order);
+    let free = order.iter().find_map(|&k| own[k].sender.try_lock().ok());
+    free.unwrap_or_else(|| own[order[0]].lock())
+}
+
 /// Compresses the chunk in place when that pays; its header then says so.
 fn compress(out: &mut Outgoing, compressor: &mut Compressor) {
     let raw_len = out.header.raw_len;
@@ -321,5 +359,61 @@ fn compress(out: &mut Outgoing, compressor: &mut Compressor) {
     if done.compression != Compression::None {
         out.header = done.describe(out.header);
         out.slot.set_filled(done.wire_len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::tls::Link;
+    use crate::testing::tcp_pair;
+    use std::io::Write;
+
+    fn conn(stream: TcpStream) -> Arc<Conn> {
+        let sender = ChunkSender::new(Link::plain(stream));
+        let probe = sender.probe();
+        assert!(probe.is_some());
+        Arc::new(Conn {
+            sender: Mutex::new(sender),
+            probe,
+        })
+    }
+
+    /// Writes into `s` until its socket takes no more (its peer reads nothing).
+    fn fill(s: &mut TcpStream) {
+        s.set_nonblocking(true).unwrap();
+        let block = vec![1u8; 1 << 16];
+        while let Ok(n) = s.write(&block) {
+            assert!(n > 0);
+        }
+        s.set_nonblocking(false).unwrap();
+    }
+
+    #[test]
+    fn a_chunk_goes_where_it_leaves_soonest_and_a_held_connection_is_passed_over() {
+        let (mut stalled, _stalled_peer) = tcp_pair();
+        fill(&mut stalled);
+        let (idle, _idle_peer) = tcp_pair();
+        let own = vec![conn(stalled), conn(idle)];
+        assert!(own[0].finish_ns(4 << 20) > own[1].finish_ns(4 << 20));
+        let (mut finish, mut order) = (Vec::new(), Vec::new());
+        for rr in 0..4 {
+            let g = choose(&own, 4 << 20, rr, (&mut finish, &mut order));
+            assert_eq!(order[0], 1, "the idle connection ranks first (turn {rr})");
+            assert!(
+                own[0].sender.try_lock().is_ok(),
+                "the stalled one is left free"
+            );
+            assert!(own[1].sender.try_lock().is_err(), "the idle one is taken");
+            drop(g);
+        }
+        // The idle connection held by another thread: the stalled one is free, and taken.
+        let held = own[1].lock();
+        let g = choose(&own, 4 << 20, 0, (&mut finish, &mut order));
+        assert!(
+            own[0].sender.try_lock().is_err(),
+            "the free connection is taken"
+        );
+        drop((g, held));
     }
 }

@@ -11,6 +11,7 @@
 //! channel's net-send threads (the queued pipeline).
 
 mod dispatch;
+mod earliest;
 mod master;
 mod read;
 mod reader;

@@ -87,6 +87,12 @@ impl ChunkSender {
         }
     }
 
+    /// A second handle on the connection's socket, for reading its `TCP_INFO` while
+    /// another thread writes (`None` where the descriptor could not be duplicated).
+    pub fn probe(&self) -> Option<std::net::TcpStream> {
+        self.stream.stream().try_clone().ok()
+    }
+
     /// Whether the peer is this very host (loopback, or this socket's own address): the
     /// bytes then never cross a wire, only memory, copied by the same CPUs.
     pub fn peer_is_this_host(&self) -> bool {
