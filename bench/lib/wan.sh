@@ -68,7 +68,18 @@ wan_dest_ramdisk() {
 wan_dest_destroy() {
     [ -n "$WAN_DEST_MNT" ] && { umount "$WAN_DEST_MNT" 2>/dev/null || umount -l "$WAN_DEST_MNT" 2>/dev/null; }
     [ -n "$WAN_IMG_LOOP" ] && losetup -d "$WAN_IMG_LOOP" 2>/dev/null
-    [ -n "$WAN_IMG_MNT" ] && umount "$WAN_IMG_MNT" 2>/dev/null && rmdir "$WAN_IMG_MNT"
+    # The loop device lets its backing file go a moment after `losetup -d`: until then
+    # the tmpfs holding it is busy. Retried, then detached lazily: a tmpfs left mounted
+    # would keep the image's memory (6 GiB) after the run.
+    if [ -n "$WAN_IMG_MNT" ]; then
+        local i
+        for ((i = 0; i < 20; i++)); do
+            umount "$WAN_IMG_MNT" 2>/dev/null && break
+            sleep 0.1
+        done
+        mountpoint -q "$WAN_IMG_MNT" && umount -l "$WAN_IMG_MNT" 2>/dev/null
+        rmdir "$WAN_IMG_MNT" 2>/dev/null
+    fi
     WAN_DEST_MNT="" WAN_IMG_LOOP="" WAN_IMG_MNT=""
 }
 
