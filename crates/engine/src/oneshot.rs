@@ -97,13 +97,7 @@ pub fn serve_one(listener: &TcpListener, cfg: &OneShotConfig) -> Result<Summary,
     };
     let stats = Arc::new(Stats::new());
     let sends = open.direction != Direction::Push;
-    session::state_threads_beyond_plan(
-        &cfg.runtime,
-        &opts,
-        sends,
-        &stats,
-        ("the one session", true),
-    );
+    session::state_threads_beyond_plan(&cfg.runtime, &opts, sends, &stats, "the one session");
     let data = match &delegate {
         Some(d) => {
             let accept = accept::new_accept(opts.streams, opts.chunk_bytes)?;

@@ -5,7 +5,6 @@ use super::handshake::{
     client_handshake_early, client_handshake_offering, handshake_error, Early, HANDSHAKE_TIMEOUT,
 };
 use super::predial::{self, Dialled, Predialled};
-use super::tcp;
 use super::tls::{secure_control, ClientTls, DataDial, Encrypt, Fingerprint, Link};
 use super::transport::{self, FrameReader, FrameWriter};
 use crate::error::EngineError;
@@ -61,35 +60,10 @@ pub fn open_session(
     open: Open,
     tls: &ClientTls,
 ) -> Result<Opened, EngineError> {
-    open_session_sized(addrs, token, open, tls, |_| None)
-}
-
-/// [`open_session`], asking for `long_path(rtt)` data connections instead of `open`'s
-/// where it says so, `rtt` being what the kernel measured on the control connection's
-/// TCP handshake ([`crate::options::SessionOptions::streams_for`]).
-///
-/// # Errors
-/// As [`open_session`].
-pub fn open_session_sized(
-    addrs: &str,
-    token: Option<Token>,
-    mut open: Open,
-    tls: &ClientTls,
-    long_path: impl Fn(Option<Duration>) -> Option<u16>,
-) -> Result<Opened, EngineError> {
     let hosts: Vec<&str> = addrs.split(',').filter(|a| !a.is_empty()).collect();
     let addr = hosts.first().copied().unwrap_or(addrs);
     let direction = open.direction;
     let stream = connect_tcp(addr)?;
-    let rtt = tcp::rtt(&stream);
-    if let Some(n) = long_path(rtt).filter(|&n| n != open.options.streams) {
-        tracing::info!(
-            "{n} data connections instead of {}: the path's round-trip time is {:.1} ms",
-            open.options.streams,
-            rtt.unwrap_or_default().as_secs_f64() * 1e3
-        );
-        open.options.streams = n;
-    }
     // The first group of data connections is connected while the control connection's
     // TLS handshake runs, and secured once it is up (TLS only: a refused clear-text
     // connection would show only at its `Join`). Connected after the control
