@@ -20,3 +20,24 @@ pub(crate) fn tcp_pair() -> (std::net::TcpStream, std::net::TcpStream) {
     let (s, _) = l.accept().expect("accept");
     (c, s)
 }
+
+/// Writes into `s` until its socket takes no more (its peer reads nothing); returns the
+/// bytes written. Fails past 256 MiB: a peer that reads would never fill it.
+pub(crate) fn fill_until_blocked(s: &mut std::net::TcpStream) -> u64 {
+    s.set_nonblocking(true).expect("non-blocking");
+    let block = vec![7u8; 1 << 16];
+    let mut written = 0u64;
+    loop {
+        match s.write(&block) {
+            Ok(n) => {
+                assert!(n > 0, "the socket took nothing");
+                written += n as u64;
+                assert!(written < 256 << 20, "{written} bytes taken: the peer reads");
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    s.set_nonblocking(false).expect("blocking again");
+    written
+}

@@ -367,20 +367,10 @@ mod tests {
         assert_eq!(idle.unsent, 0, "{idle:?}");
         assert!(idle.rate > 0, "{idle:?}");
         // The peer reads nothing: once its window is full, what follows stays unsent.
-        use std::io::Write;
-        c.set_nonblocking(true).unwrap();
-        let block = vec![7u8; 1 << 16];
-        let mut written = 0usize;
-        while written < 64 << 20 {
-            match c.write(&block) {
-                Ok(n) => written += n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => panic!("{e}"),
-            }
-        }
+        let written = crate::testing::fill_until_blocked(&mut c);
         let full = backlog(&c).unwrap();
         assert!(
-            full.unsent > 0 && full.unsent <= written as u64,
+            full.unsent > 0 && full.unsent <= written,
             "{full:?} of {written}"
         );
         drop(s);

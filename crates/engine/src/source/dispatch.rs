@@ -322,10 +322,8 @@ impl Dispatch {
         c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
         drop(c);
         self.rr = self.rr.wrapping_add(1);
-        self.clock
-            .worked(Stage::Send, u64::from(out.header.wire_len));
-        self.stats
-            .add_wire(self.channel, u64::from(out.header.wire_len));
+        self.clock.worked(Stage::Send, len);
+        self.stats.add_wire(self.channel, len);
         out.segments.clear();
         Ok(out.segments)
     }
@@ -366,8 +364,7 @@ fn compress(out: &mut Outgoing, compressor: &mut Compressor) {
 mod tests {
     use super::*;
     use crate::net::tls::Link;
-    use crate::testing::tcp_pair;
-    use std::io::Write;
+    use crate::testing::{fill_until_blocked, tcp_pair};
 
     fn conn(stream: TcpStream) -> Arc<Conn> {
         let sender = ChunkSender::new(Link::plain(stream));
@@ -379,20 +376,10 @@ mod tests {
         })
     }
 
-    /// Writes into `s` until its socket takes no more (its peer reads nothing).
-    fn fill(s: &mut TcpStream) {
-        s.set_nonblocking(true).unwrap();
-        let block = vec![1u8; 1 << 16];
-        while let Ok(n) = s.write(&block) {
-            assert!(n > 0);
-        }
-        s.set_nonblocking(false).unwrap();
-    }
-
     #[test]
     fn a_chunk_goes_where_it_leaves_soonest_and_a_held_connection_is_passed_over() {
         let (mut stalled, _stalled_peer) = tcp_pair();
-        fill(&mut stalled);
+        fill_until_blocked(&mut stalled);
         let (idle, _idle_peer) = tcp_pair();
         let own = vec![conn(stalled), conn(idle)];
         assert!(own[0].finish_ns(4 << 20) > own[1].finish_ns(4 << 20));
