@@ -357,6 +357,7 @@ impl Started {
     fn run(self, role: Role, runtime: &Arc<Runtime>, stats: &Arc<Stats>) -> Result<(), CopyError> {
         let chunk_bytes = self.opts.chunk_bytes;
         run_role(role, runtime, &self.opts, chunk_bytes, self.conns, stats)?;
+        crate::fault::hold_at_end();
         Ok(())
     }
 }

@@ -11,6 +11,9 @@
 //! `SLUICE_FAULT_JOIN_STALL=I` makes a client's data connection `I` stop before its
 //! `Join`, as a client that hangs half-way through its start would (the daemon's idle
 //! timeout during the gather of a session's data connections).
+//! `SLUICE_FAULT_HOLD_AT_END=1` makes a client stop for good once its session ended,
+//! before it closes anything, as a client that hangs at its very end would (the
+//! daemon's end of a control connection whose client never closes it).
 
 #[cfg(feature = "fault-injection")]
 mod injected {
@@ -105,6 +108,23 @@ pub(crate) fn stall_join(i: u16) {
         }
     }
 }
+
+/// Stops this thread for good once the session ended, before anything is closed, if
+/// `SLUICE_FAULT_HOLD_AT_END` is set.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn hold_at_end() {
+    if std::env::var_os("SLUICE_FAULT_HOLD_AT_END").is_some() {
+        tracing::warn!("SLUICE_FAULT_HOLD_AT_END: the client stops at its end (test only)");
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+/// Without `fault-injection`: the client goes on to close its connections.
+#[cfg(not(feature = "fault-injection"))]
+#[inline]
+pub(crate) fn hold_at_end() {}
 
 /// Without `fault-injection`: no data connection stalls.
 #[cfg(not(feature = "fault-injection"))]

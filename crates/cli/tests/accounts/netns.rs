@@ -388,6 +388,9 @@ fn idle_site(ns: &Netns, mib: usize) -> (Site, Daemon, PathBuf, PathBuf, String)
     (site, d, audit, tok, url)
 }
 
+/// The size of the file the idle-timeout test pushes.
+const IDLE_FILE_MIB: usize = 96;
+
 /// The audit record of the session ended as idle, once it is written.
 fn idle_record(audit: &Path) -> serde_json::Value {
     until(Duration::from_secs(60), "the idle session ends", || {
@@ -406,9 +409,12 @@ fn a_session_whose_client_goes_silent_is_ended_at_the_idle_timeout() {
     let Some(ns) = Netns::new("idl", 15, "20mbit") else {
         return;
     };
-    let (site, mut d, audit, tok, url) = idle_site(&ns, 32);
+    // Eight connections, each with up to 4 MiB (tcp_wmem's default top) in its client's
+    // kernel: the file is three times what the stopped client's kernel may still send.
+    let (site, mut d, audit, tok, url) = idle_site(&ns, IDLE_FILE_MIB);
     let big = site.path("big.bin");
-    let push = ns.spawn_cp(&["--token-file", s(&tok), s(&big), &url]);
+    let args = ["--streams", "8", "--token-file", s(&tok), s(&big), &url];
+    let push = ns.spawn_cp(&args);
     // Bytes reach the file system only once every data connection joined: the stop
     // below comes mid-transfer, not during the gather (the next test's case).
     until(Duration::from_secs(30), "the push writes", || {
@@ -419,7 +425,10 @@ fn a_session_whose_client_goes_silent_is_ended_at_the_idle_timeout() {
     signal(&push, libc::SIGSTOP);
     let line = idle_record(&audit);
     assert_eq!(line["identity"], "alice");
-    assert!(line["bytes"].as_u64().unwrap() < 32 << 20, "{line}");
+    assert!(
+        line["bytes"].as_u64().unwrap() < (IDLE_FILE_MIB << 20) as u64,
+        "{line}"
+    );
     assert!(
         !site.path("a/big.bin").exists(),
         "{:?}",
@@ -450,4 +459,42 @@ fn a_client_silent_before_its_data_connections_joined_is_audited_as_idle() {
     );
     d.assert_alive();
     drop(push);
+}
+
+#[test]
+fn a_daemon_ends_the_control_connection_of_a_finished_session_its_client_holds_open() {
+    let Some(ns) = Netns::new("end", 17, "1gbit") else {
+        return;
+    };
+    let (site, mut d, audit, tok, url) = idle_site(&ns, 4);
+    let big = site.path("big.bin");
+    // The client stops for good once its session ended, before it closes anything.
+    let args = ["--token-file", s(&tok), s(&big), &url];
+    let push = ns.spawn_cp_env(&args, &[("SLUICE_FAULT_HOLD_AT_END", "1")]);
+    until(Duration::from_secs(30), "the session ends", || {
+        audit_lines(&audit).iter().any(|l| l["result"] == "ok")
+    });
+    assert!(site.path("a/big.bin").exists());
+    // Its reading thread and its socket do not wait on the silent client: the daemon's
+    // side of every connection to it leaves ESTABLISHED.
+    until(
+        Duration::from_secs(10),
+        "the daemon closes its side",
+        || established_to(&ns.client_ip()).is_empty(),
+    );
+    d.assert_alive();
+    drop(push);
+}
+
+/// This namespace's established TCP connections to `ip` (`ss`'s lines).
+fn established_to(ip: &str) -> Vec<String> {
+    let out = std::process::Command::new("ss")
+        .args(["-Htn", "state", "established", "dst", ip])
+        .output()
+        .expect("ss runs");
+    assert!(out.status.success(), "ss: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
