@@ -144,6 +144,8 @@ fn config(
     })?;
     let opts = SessionOptions {
         streams: u16::try_from(spec.streams.max(1)).unwrap_or(u16::MAX),
+        // `streams` is always given here (2 by default): no choice by the path.
+        long_path_streams: None,
         chunk_bytes,
         io_threads: spec.io_threads,
         read_depth: spec.read_depth,

@@ -303,10 +303,10 @@ pub fn job_options(job: &JobArgs) -> Result<SessionOptions> {
     let chunk_bytes = parse_bytes("--chunk-size", &job.chunk_size)?;
     let chunk_bytes = u32::try_from(chunk_bytes)
         .map_err(|_| bad_input(format!("--chunk-size {chunk_bytes} is larger than 64 MiB")))?;
-    let streams = u16::try_from(job.streams).map_err(|_| {
+    let streams = u16::try_from(job.streams()).map_err(|_| {
         bad_input(format!(
             "--streams {} is too many (at most 256)",
-            job.streams
+            job.streams()
         ))
     })?;
     Ok(SessionOptions {
@@ -337,6 +337,11 @@ impl CpArgs {
                 crate::serve_args::rate(self.bwlimit.as_deref())?,
                 &[],
             ),
+            long_path_streams: self
+                .job
+                .streams
+                .is_none()
+                .then_some(sluice_engine::options::LONG_PATH_STREAMS),
             ..job
         })
     }

@@ -35,9 +35,11 @@ pub struct JobArgs {
     /// Placement policy: auto, os, bind, smts, nmts or mts.
     #[arg(long, value_name = "P", default_value = "auto")]
     pub policy: String,
-    /// Data connections (net-send / net-recv threads) per direction.
-    #[arg(long, value_name = "N", default_value_t = 2)]
-    pub streams: u32,
+    /// Data connections (net-send / net-recv threads) per direction. [default: 2; `cp`
+    /// not given one opens 8 where the control connection's round-trip time is 20 ms
+    /// or more, which its plan's 2 threads serve]
+    #[arg(long, value_name = "N")]
+    pub streams: Option<u32>,
     /// Storage threads (io-read / io-write) per direction.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub io_threads: u32,
@@ -98,7 +100,15 @@ pub enum Adapt {
     Off,
 }
 
+/// Data connections per direction where `--streams` is not given.
+pub const DEFAULT_STREAMS: u32 = 2;
+
 impl JobArgs {
+    /// `--streams`, or [`DEFAULT_STREAMS`].
+    pub fn streams(&self) -> u32 {
+        self.streams.unwrap_or(DEFAULT_STREAMS)
+    }
+
     /// Applies `--adapt` to this process.
     pub fn apply_adapt(&self) {
         sluice_engine::monitor::mover::set_enabled(self.adapt == Adapt::On);
@@ -197,17 +207,17 @@ impl JobArgs {
     fn thread_counts(&self, side: Side) -> Vec<(Role, u32)> {
         let (compress, decompress) = self.planner.codec_threads(
             self.io_threads,
-            self.streams,
+            self.streams(),
             (self.compress_threads, self.decompress_threads),
         );
         let mut threads = vec![(Role::Control, 1)];
         if matches!(side, Side::Send | Side::Both) {
-            threads.push((Role::NetSend, self.streams));
+            threads.push((Role::NetSend, self.streams()));
             threads.push((Role::IoRead, self.io_threads));
             threads.push((Role::Compress, compress));
         }
         if matches!(side, Side::Recv | Side::Both) {
-            threads.push((Role::NetRecv, self.streams));
+            threads.push((Role::NetRecv, self.streams()));
             threads.push((Role::IoWrite, self.io_threads));
             threads.push((Role::Decompress, decompress));
         }

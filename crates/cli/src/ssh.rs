@@ -229,7 +229,7 @@ pub fn trust_far_side(
 /// buffer sizes), so both ends plan for the same session.
 pub fn far_job(job: &crate::plan_cmd::JobArgs) -> Vec<String> {
     vec![
-        format!("--streams={}", job.streams),
+        format!("--streams={}", job.streams()),
         format!("--io-threads={}", job.io_threads),
         format!("--read-depth={}", job.read_depth),
         format!("--chunk-size={}", job.chunk_size),

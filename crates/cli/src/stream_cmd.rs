@@ -142,7 +142,7 @@ fn send(a: &SendArgs) -> Result<ExitCode> {
         ));
     }
     let opts = StreamOptions {
-        streams: u16::try_from(a.job.streams)
+        streams: u16::try_from(a.job.streams())
             .map_err(|_| bad_input("--streams is too large"))?
             .max(1),
         record_bytes: u32::try_from(record)

@@ -280,6 +280,11 @@ impl Push<'_> {
 
     /// `sluice cp` of the file to `url`, as a child.
     fn cp(&self, url: &str, resume: bool) -> common::ChildGuard {
+        self.cp_with(url, if resume { &["--resume"] } else { &[] })
+    }
+
+    /// `sluice cp` of the file to `url` with `extra` flags, as a child.
+    fn cp_with(&self, url: &str, extra: &[&str]) -> common::ChildGuard {
         let dir = |name: &str| self.dir.join(name).to_str().unwrap().to_string();
         let (token, known) = (dir("token"), dir("known_hosts"));
         let mut args = vec![
@@ -291,9 +296,7 @@ impl Push<'_> {
             &known,
         ];
         args.extend(common::SMALL);
-        if resume {
-            args.push("--resume");
-        }
+        args.extend(extra);
         args.extend([self.src.to_str().unwrap(), url]);
         self.path.spawn(0, &args, Stdio::piped())
     }
@@ -363,12 +366,17 @@ fn a_long_lossy_path_is_measured_and_a_push_killed_on_either_side_resumes() {
     );
     // The RTT sized the buffers past the LAN floor (within SMALL's --buffer-mem).
     assert!(n["socket_bytes"].as_u64().unwrap() > 8 * MIB as u64, "{n}");
-    assert_eq!(n["connections"].as_array().map(Vec::len), Some(2), "{n}");
-    // Where the NIC reports its rate (a TUN does), each of the two connections through
-    // it is paced at most at half of it.
+    // No --streams on a long path: 8 connections, and the reason says why.
+    let reason = n["reason"].as_str().unwrap_or_default();
+    assert_eq!(n["connections"].as_array().map(Vec::len), Some(8), "{n}");
+    assert!(
+        reason.starts_with("8 data connections for a path of "),
+        "{reason}"
+    );
+    // Where the NIC reports its rate (a TUN does), each of the eight connections
+    // through it is paced at most at an eighth of it.
     if n["link_assumed"] == false {
-        let each = n["link_bits"].as_u64().unwrap() / 2 / 1_000_000;
-        let reason = n["reason"].as_str().unwrap_or_default();
+        let each = n["link_bits"].as_u64().unwrap() / 8 / 1_000_000;
         assert!(
             reason.contains(&format!("paced at most {each} Mbit/s each")),
             "{reason}"
@@ -376,6 +384,14 @@ fn a_long_lossy_path_is_measured_and_a_push_killed_on_either_side_resumes() {
     } else {
         eprintln!("SKIP: the TUN device reports no rate here, so nothing is paced: {n}");
     }
+    // `--streams` given: that many, on a long path too.
+    let (code, out, err) = finish(push.cp_with(&url, &["--streams", "2"]));
+    assert_eq!(code, Some(0), "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    let n = &v["network"];
+    assert_eq!(n["connections"].as_array().map(Vec::len), Some(2), "{n}");
+    assert!(n["reason"].as_str().unwrap().starts_with("RTT "), "{n}");
+    std::fs::remove_file(push.root.join("f.bin")).unwrap();
     // The daemon killed mid-way, a new one started on the same root.
     let (mut daemon, url) = push.daemon();
     let mut client = push.cp(&url, false);

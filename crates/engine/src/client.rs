@@ -377,7 +377,9 @@ fn start_session(
         path: path.to_string(),
         options: cfg.opts.open_options(),
     };
-    let opened = session::open_session(addr, cfg.token.clone(), open, &cfg.tls)?;
+    let opened = session::open_session_sized(addr, cfg.token.clone(), open, &cfg.tls, |rtt| {
+        Some(cfg.opts.streams_for(rtt))
+    })?;
     let opts = cfg
         .opts
         .accepted(&opened.accept, opened.capabilities, runtime.chunk_bytes())
@@ -386,7 +388,10 @@ fn start_session(
             message,
         })?;
     let sends = direction == Direction::Push;
-    session::state_threads_beyond_plan(runtime, &opts, sends, stats, "this side");
+    // Connections this side chose for a long path are no user's request to warn about;
+    // the summary still lists the threads beyond the plan.
+    let chosen = cfg.opts.long_path_streams.is_some() && opts.streams > cfg.opts.streams;
+    session::state_threads_beyond_plan(runtime, &opts, sends, stats, ("this side", !chosen));
     let conns = Connections {
         control_stream: opened.writer.stream_clone()?,
         reader: opened.reader,

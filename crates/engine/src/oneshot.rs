@@ -97,7 +97,13 @@ pub fn serve_one(listener: &TcpListener, cfg: &OneShotConfig) -> Result<Summary,
     };
     let stats = Arc::new(Stats::new());
     let sends = open.direction != Direction::Push;
-    session::state_threads_beyond_plan(&cfg.runtime, &opts, sends, &stats, "the one session");
+    session::state_threads_beyond_plan(
+        &cfg.runtime,
+        &opts,
+        sends,
+        &stats,
+        ("the one session", true),
+    );
     let data = match &delegate {
         Some(d) => {
             let accept = accept::new_accept(opts.streams, opts.chunk_bytes)?;

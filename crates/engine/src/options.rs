@@ -19,6 +19,7 @@ use sluice_placement::{Plan, Role};
 use sluice_topology::Machine;
 use sluice_wire::{Accept, Capabilities, OpenOptions, MAX_STREAMS};
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 /// Large-file reads an io-read thread keeps in flight by default: enough to keep a disk's
 /// queue busy while the thread checksums and sends (4 KiB-aligned `O_DIRECT` chunks of
@@ -46,11 +47,25 @@ pub enum Pipeline {
     Queued,
 }
 
+/// The control connection's round-trip time from which a path counts as long: there
+/// TCP's start-up, from one initial window per connection to the path's rate, takes
+/// about ten round trips, and more connections start more windows at once.
+pub const LONG_PATH_RTT: Duration = Duration::from_millis(20);
+
+/// The data connections a client opens on a long path when the user set none: 8 initial
+/// windows reach 1 Gbit/s at 100 ms about a round trip sooner than 2 (a 1 GiB push took
+/// 10.07 s against 10.26 s, `bench/runs/2026-11-28-vm-wan-earliest`); all 8 are
+/// connected during the control handshake.
+pub const LONG_PATH_STREAMS: u16 = 8;
+
 /// What a session does, as the client asked for it.
 #[derive(Debug, Clone)]
 pub struct SessionOptions {
     /// Data connections.
     pub streams: u16,
+    /// Data connections on a long path ([`LONG_PATH_RTT`]) where the user did not set
+    /// `--streams` (`None`: always `streams`); see [`SessionOptions::streams_for`].
+    pub long_path_streams: Option<u16>,
     /// The session's chunk size, agreed in `Accept` (at most either side's slot size).
     pub chunk_bytes: u32,
     /// Storage threads on each side.
@@ -91,6 +106,7 @@ impl Default for SessionOptions {
     fn default() -> Self {
         SessionOptions {
             streams: 2,
+            long_path_streams: None,
             chunk_bytes: 4 << 20,
             io_threads: 2,
             read_depth: DEFAULT_READ_DEPTH,
@@ -122,6 +138,16 @@ pub struct ServerSide {
 }
 
 impl SessionOptions {
+    /// The data connections to ask for on a path whose control connection measured
+    /// `rtt`: `long_path_streams` (never fewer than `streams`) from [`LONG_PATH_RTT`] on,
+    /// else `streams`.
+    pub fn streams_for(&self, rtt: Option<Duration>) -> u16 {
+        match (self.long_path_streams, rtt) {
+            (Some(n), Some(rtt)) if rtt >= LONG_PATH_RTT => self.streams.max(n),
+            _ => self.streams,
+        }
+    }
+
     /// The options a client sends in `Open` (the wire's ten transfer flags).
     pub fn open_options(&self) -> OpenOptions {
         OpenOptions {
@@ -149,6 +175,7 @@ impl SessionOptions {
     ) -> SessionOptions {
         let opts = SessionOptions {
             streams: open.streams.clamp(1, MAX_STREAMS),
+            long_path_streams: None,
             chunk_bytes: open.chunk_bytes.min(server.slot_bytes),
             io_threads: server.io_threads,
             read_depth: server.read_depth,
@@ -309,6 +336,30 @@ pub fn session_threads(opts: &SessionOptions, sends: bool) -> [(Role, u32); 2] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_path_gets_more_connections_only_where_the_user_set_none() {
+        let ms = |m| Some(Duration::from_millis(m));
+        let auto = SessionOptions {
+            long_path_streams: Some(LONG_PATH_STREAMS),
+            ..SessionOptions::default()
+        };
+        assert_eq!(auto.streams_for(ms(100)), LONG_PATH_STREAMS);
+        assert_eq!(auto.streams_for(ms(20)), LONG_PATH_STREAMS);
+        assert_eq!(auto.streams_for(ms(19)), 2, "below the threshold");
+        assert_eq!(auto.streams_for(None), 2, "no RTT sample");
+        let set = SessionOptions {
+            streams: 3,
+            ..SessionOptions::default()
+        };
+        assert_eq!(set.streams_for(ms(100)), 3, "--streams given: kept");
+        let more = SessionOptions {
+            streams: 16,
+            long_path_streams: Some(LONG_PATH_STREAMS),
+            ..SessionOptions::default()
+        };
+        assert_eq!(more.streams_for(ms(100)), 16, "never fewer");
+    }
 
     #[test]
     fn open_options_round_trip_through_a_daemon() {

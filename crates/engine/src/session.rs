@@ -7,7 +7,7 @@
 //! re-exported here at their former paths.
 
 pub use crate::net::accept::send_accept;
-pub use crate::net::connect::{open_session, Opened};
+pub use crate::net::connect::{open_session, open_session_sized, Opened};
 pub use crate::net::handshake::{client_handshake, random, server_handshake, HANDSHAKE_TIMEOUT};
 
 use crate::control::{spawn_reader, spawn_writer, Wiring};
@@ -123,23 +123,28 @@ pub fn sends_contents(raw: &str) -> bool {
 /// (a daemon plans `--streams` network threads, a client may open up to
 /// [`sluice_wire::MAX_STREAMS`]): one warning per role naming both counts, and the same
 /// in `stats` for the `--json` summary. The extra threads share the planned threads'
-/// CPUs ([`Runtime::thread_plan`]); `who` names the session in the warning.
+/// CPUs ([`Runtime::thread_plan`]); `who` names the session in the warning. `warn`
+/// false says it at the info level (this side chose the connections itself).
 pub(crate) fn state_threads_beyond_plan(
     runtime: &Runtime,
     opts: &SessionOptions,
     sends: bool,
     stats: &Stats,
-    who: &str,
+    (who, warn): (&str, bool),
 ) {
     let running = crate::options::session_threads(opts, sends);
     for b in crate::options::beyond_plan(&running, |r| runtime.planned(r)) {
-        tracing::warn!(
-            "{who}: {} {} threads asked for, {} planned: the {} beyond the plan share the planned threads' CPUs",
-            b.running,
-            b.role,
-            b.planned,
-            b.running - b.planned
-        );
+        let extra = b.running - b.planned;
+        let (running, role, planned) = (b.running, &b.role, b.planned);
+        if warn {
+            tracing::warn!(
+                "{who}: {running} {role} threads asked for, {planned} planned: the {extra} beyond the plan share the planned threads' CPUs"
+            );
+        } else {
+            tracing::info!(
+                "{who}: {running} {role} threads for the path, {planned} planned: the {extra} beyond the plan share the planned threads' CPUs"
+            );
+        }
         stats.record_beyond_plan(b);
     }
 }
@@ -170,6 +175,29 @@ pub(crate) struct Connections {
     pub joining: Vec<Option<ClientJoin>>,
 }
 
+/// The kernel socket memory this side's data connections may take, and whether this
+/// side chose more connections for a long path than its plan has network threads
+/// ([`SessionOptions::streams_for`]): the pools' size, or there as much per connection as
+/// a planned one has (8 connections sharing 2 connections' memory got 11 MiB of socket
+/// buffers each, and a 1 GiB push at 100 ms took 10.27 s instead of 10.08 s).
+fn network_cap(runtime: &Runtime, opts: &SessionOptions, sends: bool) -> (u64, bool) {
+    let cap = runtime.plan().buffer_bytes();
+    let planned = u64::from(runtime.planned(net_role(sends)).max(1));
+    let streams = u64::from(opts.streams);
+    if opts.long_path_streams.is_none() || streams <= planned {
+        return (cap, false);
+    }
+    (cap.saturating_mul(streams) / planned, true)
+}
+
+fn net_role(sends: bool) -> PlanRole {
+    if sends {
+        PlanRole::NetSend
+    } else {
+        PlanRole::NetRecv
+    }
+}
+
 /// Runs one side of a session once its connections are up, counting into `stats`. A
 /// failure is reported to the peer in one `Error` frame (naming paths relative to the
 /// root) before it is returned.
@@ -191,8 +219,17 @@ pub(crate) fn run_role(
     // This thread is the session's master (seed 000's MT): it and the control-plane
     // threads it starts (reader, writer, scanner) run where the plan puts control 0.
     runtime.pin_current(PlanRole::Control, 0);
-    let cap = runtime.plan().buffer_bytes();
-    let (tuning, probes) = crate::net::tuning::tune_session(&control_stream, &conns, cap);
+    let sends = matches!(role, Role::Source(_));
+    let (cap, chosen) = network_cap(runtime, opts, sends);
+    let (mut tuning, probes) = crate::net::tuning::tune_session(&control_stream, &conns, cap);
+    if chosen {
+        tuning.streams_note = Some(format!(
+            "{} data connections for a path of {:.1} ms (--streams sets them), with the network share of {} planned ones each",
+            opts.streams,
+            tuning.rtt.as_secs_f64() * 1e3,
+            runtime.planned(net_role(sends)),
+        ));
+    }
     let watched = crate::monitor::global().session_started(&probes);
     let events =
         spawn_reader(reader).map_err(|e| EngineError::io("starting the control reader", e))?;

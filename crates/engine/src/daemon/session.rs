@@ -84,7 +84,13 @@ impl Daemon {
             Some(d) => format!("delivery to session {}", d.session_id),
             None => format!("session {}", accept.session_id),
         };
-        crate::session::state_threads_beyond_plan(&self.cfg.runtime, &opts, sends, &stats, &what);
+        crate::session::state_threads_beyond_plan(
+            &self.cfg.runtime,
+            &opts,
+            sends,
+            &stats,
+            (&what, true),
+        );
         let about = describe(&what, rec);
         let watched = self.dog.watch(
             about,

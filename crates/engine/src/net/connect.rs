@@ -5,6 +5,7 @@ use super::handshake::{
     client_handshake_early, client_handshake_offering, handshake_error, Early, HANDSHAKE_TIMEOUT,
 };
 use super::predial::{self, Dialled, Predialled};
+use super::tcp;
 use super::tls::{secure_control, ClientTls, DataDial, Encrypt, Fingerprint, Link};
 use super::transport::{self, FrameReader, FrameWriter};
 use crate::error::EngineError;
@@ -60,17 +61,57 @@ pub fn open_session(
     open: Open,
     tls: &ClientTls,
 ) -> Result<Opened, EngineError> {
+    open_session_sized(addrs, token, open, tls, |_| None)
+}
+
+/// [`open_session`], asking for `long_path(rtt)` data connections instead of `open`'s
+/// where it says so ([`crate::options::SessionOptions::streams_for`]). `rtt` is the
+/// lowest round trip the kernel measured on the control connection when `Open` goes
+/// out: the TCP handshake's and, by then, at least one more exchange's (TLS, or the
+/// clear-text handshake), so one late answer on a loaded host does not make a short path
+/// look long. The TCP handshake's alone decides how many data connections are dialled
+/// while the control handshake runs; those the session then does not need are closed
+/// without a frame.
+///
+/// # Errors
+/// As [`open_session`].
+pub fn open_session_sized(
+    addrs: &str,
+    token: Option<Token>,
+    open: Open,
+    tls: &ClientTls,
+    long_path: impl Fn(Option<Duration>) -> Option<u16>,
+) -> Result<Opened, EngineError> {
     let hosts: Vec<&str> = addrs.split(',').filter(|a| !a.is_empty()).collect();
     let addr = hosts.first().copied().unwrap_or(addrs);
     let direction = open.direction;
     let stream = connect_tcp(addr)?;
+    let asked = open.options.streams;
+    let probe = stream
+        .try_clone()
+        .map_err(|e| EngineError::io("cloning a socket", e))?;
+    let streams = || {
+        let rtt = tcp::rtt(&probe);
+        match long_path(rtt).filter(|&n| n != asked) {
+            Some(n) => {
+                tracing::info!(
+                    "{n} data connections instead of {asked}: the path's round-trip time is {:.1} ms",
+                    rtt.unwrap_or_default().as_secs_f64() * 1e3
+                );
+                n
+            }
+            None => asked,
+        }
+    };
     // The first group of data connections is connected while the control connection's
     // TLS handshake runs, and secured once it is up (TLS only: a refused clear-text
     // connection would show only at its `Join`). Connected after the control
     // connection, they reach a server's accept queue after it.
     let encrypts = tls.encrypt.client_encrypts(&stream);
     let ahead = if encrypts {
-        open.options.streams.min(JOINS_AT_ONCE)
+        long_path(tcp::rtt(&stream))
+            .unwrap_or(asked)
+            .min(JOINS_AT_ONCE)
     } else {
         0
     };
@@ -79,7 +120,7 @@ pub fn open_session(
     early.secure(dial.as_ref());
     let (mut reader, mut writer) = transport::control_halves(link)?;
     let fingerprint = writer.peer_fingerprint();
-    let est = handshake_and_open(&mut reader, &mut writer, token, open, tls, addr)?;
+    let est = handshake_and_open(&mut reader, &mut writer, token, (open, &streams), tls, addr)?;
     let (accept, advertised) = read_accept(&mut reader, &est, addr)?;
     let key = est.join_key(&accept.session_secret);
     let dials = Dials {
@@ -111,17 +152,22 @@ pub fn open_session(
     })
 }
 
-/// The client handshake, then `open`: inside TLS (the server already authenticated)
-/// `Open` goes right behind the proof, in clear text only after the server's `AuthOk`.
+/// The client handshake, then `open` asking for `streams()` data connections (decided
+/// as it goes out): inside TLS (the server already authenticated) `Open` goes right
+/// behind the proof, in clear text only after the server's `AuthOk`.
 fn handshake_and_open(
     reader: &mut FrameReader,
     writer: &mut FrameWriter,
     token: Option<Token>,
-    open: Open,
+    (open, streams): (Open, &dyn Fn() -> u16),
     tls: &ClientTls,
     addr: &str,
 ) -> Result<Established, EngineError> {
-    let build = |caps: Capabilities| Frame::Open(offer_direct(open.clone(), caps, addr));
+    let build = |caps: Capabilities| {
+        let mut open = open.clone();
+        open.options.streams = streams();
+        Frame::Open(offer_direct(open, caps, addr))
+    };
     let early: Option<Early<'_>> = writer.is_tls().then_some(&build);
     let (est, sent) = client_handshake_early(reader, writer, ClientConfig::new(token), early)
         .map_err(|e| clear_text_refused(e, addr, tls.encrypt))?;

@@ -45,6 +45,9 @@ pub struct Tuning {
     /// The lowest pacing cap a data connection got, bytes/s (its NIC's rate shared by
     /// the connections through it); `None` where no NIC reported its rate.
     pub pacing: Option<u64>,
+    /// Why the session has the connections it has, where this side chose them for the
+    /// path (it goes first in [`Tuning::reason`]).
+    pub streams_note: Option<String>,
 }
 
 /// Decides the tuning of `streams` data connections from the control connection
@@ -65,6 +68,7 @@ pub fn decide(control: &TcpStream, streams: u16, cap_bytes: u64) -> Tuning {
         congestion: tcp::best_congestion(),
         kernel_note: None,
         pacing: None,
+        streams_note: None,
     }
 }
 
@@ -113,12 +117,19 @@ impl Tuning {
             ),
             None => String::new(),
         };
+        let chosen = match &self.streams_note {
+            Some(note) => format!("{note}; "),
+            None => String::new(),
+        };
         match &self.kernel_note {
             Some(note) => format!(
-                "{}; {note}; congestion control {cc}{paced}",
+                "{chosen}{}; {note}; congestion control {cc}{paced}",
                 self.plan.reason
             ),
-            None => format!("{}; congestion control {cc}{paced}", self.plan.reason),
+            None => format!(
+                "{chosen}{}; congestion control {cc}{paced}",
+                self.plan.reason
+            ),
         }
     }
 }
