@@ -7,7 +7,7 @@
 //! a session, once its connections are up, runs as `session::run_role` does it.
 //!
 //! * this module: the listener, admission (limits, the handshake deadline), the first
-//!   frame, the audit record of a control connection;
+//!   frame, the audit record of a control connection and its end;
 //! * `session.rs`: a control connection's handshake, `Open`, rights, and its session;
 //! * `join.rs`: data connections, their joins and where each should go.
 
