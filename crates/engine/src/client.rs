@@ -378,7 +378,7 @@ fn start_session(
         options: cfg.opts.open_options(),
     };
     let opened = session::open_session_sized(addr, cfg.token.clone(), open, &cfg.tls, |rtt| {
-        Some(cfg.opts.streams_for(rtt))
+        cfg.opts.streams_for(rtt)
     })?;
     let opts = cfg
         .opts

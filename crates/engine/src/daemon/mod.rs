@@ -314,19 +314,11 @@ impl Daemon {
         rec.stamp(SystemTime::now());
         rec.took(conn.started.elapsed());
         self.audit.write(&rec);
-        end_control(writer);
+        // The session is over: its control reader, which holds a handle of this socket,
+        // ends even when the client never closes its side (a stopped client would
+        // otherwise keep that thread and the socket for as long as it lives).
+        writer.end();
         result
-    }
-}
-
-/// Ends a control connection whose session is over: an orderly close of its writing
-/// half, and its reading half shut so that the session's control reader, which holds a
-/// handle of the socket, ends even when the client never closes its side (a stopped
-/// client would otherwise keep that thread and the socket for as long as it lives).
-fn end_control(writer: &FrameWriter) {
-    writer.shutdown();
-    if let Ok(link) = writer.stream_clone() {
-        let _ = link.stream().shutdown(std::net::Shutdown::Read);
     }
 }
 

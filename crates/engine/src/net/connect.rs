@@ -61,11 +61,12 @@ pub fn open_session(
     open: Open,
     tls: &ClientTls,
 ) -> Result<Opened, EngineError> {
-    open_session_sized(addrs, token, open, tls, |_| None)
+    let asked = open.options.streams;
+    open_session_sized(addrs, token, open, tls, |_| asked)
 }
 
 /// [`open_session`], asking for `long_path(rtt)` data connections instead of `open`'s
-/// where it says so ([`crate::options::SessionOptions::streams_for`]). `rtt` is the
+/// ([`crate::options::SessionOptions::streams_for`]). `rtt` is the
 /// lowest round trip the kernel measured on the control connection when `Open` goes
 /// out: the TCP handshake's and, by then, at least one more exchange's (TLS, or the
 /// clear-text handshake), so one late answer on a loaded host does not make a short path
@@ -80,7 +81,7 @@ pub fn open_session_sized(
     token: Option<Token>,
     open: Open,
     tls: &ClientTls,
-    long_path: impl Fn(Option<Duration>) -> Option<u16>,
+    long_path: impl Fn(Option<Duration>) -> u16,
 ) -> Result<Opened, EngineError> {
     let hosts: Vec<&str> = addrs.split(',').filter(|a| !a.is_empty()).collect();
     let addr = hosts.first().copied().unwrap_or(addrs);
@@ -92,16 +93,14 @@ pub fn open_session_sized(
         .map_err(|e| EngineError::io("cloning a socket", e))?;
     let streams = || {
         let rtt = tcp::rtt(&probe);
-        match long_path(rtt).filter(|&n| n != asked) {
-            Some(n) => {
-                tracing::info!(
-                    "{n} data connections instead of {asked}: the path's round-trip time is {:.1} ms",
-                    rtt.unwrap_or_default().as_secs_f64() * 1e3
-                );
-                n
-            }
-            None => asked,
+        let n = long_path(rtt);
+        if n != asked {
+            tracing::info!(
+                "{n} data connections instead of {asked}: the path's round-trip time is {:.1} ms",
+                rtt.unwrap_or_default().as_secs_f64() * 1e3
+            );
         }
+        n
     };
     // The first group of data connections is connected while the control connection's
     // TLS handshake runs, and secured once it is up (TLS only: a refused clear-text
@@ -109,9 +108,7 @@ pub fn open_session_sized(
     // connection, they reach a server's accept queue after it.
     let encrypts = tls.encrypt.client_encrypts(&stream);
     let ahead = if encrypts {
-        long_path(tcp::rtt(&stream))
-            .unwrap_or(asked)
-            .min(JOINS_AT_ONCE)
+        long_path(tcp::rtt(&stream)).min(JOINS_AT_ONCE)
     } else {
         0
     };

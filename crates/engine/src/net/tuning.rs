@@ -117,20 +117,18 @@ impl Tuning {
             ),
             None => String::new(),
         };
-        let chosen = match &self.streams_note {
-            Some(note) => format!("{note}; "),
-            None => String::new(),
-        };
-        match &self.kernel_note {
-            Some(note) => format!(
-                "{chosen}{}; {note}; congestion control {cc}{paced}",
-                self.plan.reason
-            ),
-            None => format!(
-                "{chosen}{}; congestion control {cc}{paced}",
-                self.plan.reason
-            ),
-        }
+        let chosen = self
+            .streams_note
+            .as_ref()
+            .map_or(String::new(), |note| format!("{note}; "));
+        let kernel = self
+            .kernel_note
+            .as_ref()
+            .map_or(String::new(), |note| format!("; {note}"));
+        format!(
+            "{chosen}{}{kernel}; congestion control {cc}{paced}",
+            self.plan.reason
+        )
     }
 }
 

@@ -328,6 +328,14 @@ impl FrameWriter {
         self.stream.close();
     }
 
+    /// Ends the connection from this side: [`FrameWriter::shutdown`], then the reading
+    /// half shut too, so that a reader blocked on this socket (another handle of it)
+    /// sees its end even when the peer never closes its side.
+    pub fn end(&self) {
+        self.shutdown();
+        let _ = self.stream.stream().shutdown(std::net::Shutdown::Read);
+    }
+
     /// Whether the connection is encrypted.
     pub fn is_tls(&self) -> bool {
         self.stream.is_tls()
