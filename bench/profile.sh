@@ -60,24 +60,27 @@ EOF
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.05; done; }
-# stop_traced PID: SIGINT to the daemon under the tracer PID (the tracer waits for it).
-stop_traced() { kill -INT $(pgrep -P "$1") 2>/dev/null || true; wait "$1" 2>/dev/null || true; TRACER=""; }
 
-# push TRACE_CMD... : one push with the daemon and the client each run under TRACE_CMD
-# with its output file named by the side (@SIDE@).
+# push TRACE_CMD... : one push with the client run under TRACE_CMD and the daemon's
+# transfer (not its start-up, which prefaults its pools) traced by the same command
+# attached to it (`-p PID`); each output file is named by its side (@SIDE@).
 push() {
-    local p; p=$(port)
+    local p daemon; p=$(port)
     rm -rf "$DIR/dst"; mkdir -p "$DIR/dst"
-    "${@//@SIDE@/daemon}" "$BIN" serve --root "$DIR/dst" --listen "127.0.0.1:$p" >/dev/null 2>&1 &
-    TRACER=$!
+    "$BIN" serve --root "$DIR/dst" --listen "127.0.0.1:$p" >/dev/null 2>&1 &
+    daemon=$!
     wait_port "$p"
+    "${@//@SIDE@/daemon}" -p "$daemon" &
+    TRACER=$!
+    sleep 1 # the tracer is attached
     "${@//@SIDE@/client}" "$BIN" cp -r "$DIR/src/" "sluice://127.0.0.1:$p/" >/dev/null
-    stop_traced "$TRACER"
+    kill -INT "$TRACER" 2>/dev/null; wait "$TRACER" 2>/dev/null || true; TRACER=""
+    kill -INT "$daemon"; wait "$daemon" 2>/dev/null || true
 }
 
 echo "profiling $BIN: $FILES files + $BIG GiB, tmpfs to tmpfs" >&2
 rm -f "$OUT"/*.perf.data*
-push perf record -q -F 999 -g -o "$OUT/@SIDE@.perf.data" --
+push perf record -q -F 4999 -g -o "$OUT/@SIDE@.perf.data"
 for side in client daemon; do
     { perf report -i "$OUT/$side.perf.data" --no-children --sort symbol --stdio -g none 2>/dev/null \
         | grep -E '^ +[0-9]' || true; } | head -40 >"$OUT/$side.top.txt"

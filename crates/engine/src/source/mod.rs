@@ -13,6 +13,7 @@
 mod dispatch;
 mod earliest;
 mod master;
+mod packs;
 mod read;
 mod reader;
 mod scanq;

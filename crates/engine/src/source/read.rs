@@ -1,6 +1,7 @@
 //! Reading one piece of work into a slot: a large file's chunk (through the page cache,
 //! or `O_DIRECT` where asked and supported) or a pack of small files.
 
+use super::packs::PackReads;
 use crate::sched::{SrcFile, Work};
 use crossbeam_channel::Sender;
 use sluice_buffers::Slot;
@@ -88,11 +89,13 @@ impl Failures<'_> {
     }
 }
 
-/// Reads one piece of work into `slot` (a pack's segment list into `segments`); returns
-/// its chunk header. Files that cannot be read are reported failed and left out.
+/// Reads one piece of work into `slot` (a pack's segment list into `segments`, with
+/// the thread's `packs` scratch); returns its chunk header. Files that cannot be read
+/// are reported failed and left out.
 pub(super) fn read_work(
     work: &Work,
     open: &mut OpenFile,
+    packs: &mut PackReads,
     slot: &mut Slot,
     segments: &mut Vec<Segment>,
     failures: Failures<'_>,
@@ -101,7 +104,7 @@ pub(super) fn read_work(
         Work::Chunk {
             file, offset, len, ..
         } => read_chunk(file, *offset, *len, open, slot, failures),
-        Work::Pack(files) => read_pack(files, slot, segments, failures),
+        Work::Pack(files) => read_pack(files, packs, slot, segments, failures),
     }
 }
 
@@ -138,86 +141,23 @@ fn read_chunk(
     }
 }
 
-/// Reads small files back to back into `slot`; those that cannot be read are left out
-/// (the pack is `None` if none could).
+/// Reads small files back to back into `slot` ([`PackReads`]); those that cannot be
+/// read are left out (the pack is `None` if none could).
 fn read_pack(
     files: &[Arc<SrcFile>],
+    packs: &mut PackReads,
     slot: &mut Slot,
     segments: &mut Vec<Segment>,
     failures: Failures<'_>,
 ) -> Option<ChunkHeader> {
-    let mut filled = 0usize;
-    let mut first = None;
-    for f in files {
-        match read_segment(f, slot, filled) {
-            Ok(segment) => {
-                first.get_or_insert(f.id);
-                filled += segment.len as usize;
-                segments.push(segment);
-            }
-            Err(msg) => failures.fail(f, &msg),
-        }
-    }
-    let first = first?;
+    let filled = packs.read(files, slot, segments, failures);
+    let first = segments.first()?.file_id;
     slot.set_filled(filled);
     let mut header = ChunkHeader::plain(first, 0, slot.filled_bytes(), true);
     header.flags.set(ChunkFlags::PACKED, true);
     header.segments = u16::try_from(segments.len()).unwrap_or(u16::MAX);
     header.checksum = chunk_checksum(slot.filled_bytes());
     Some(header)
-}
-
-/// Reads small file `f` whole into `slot` at `at`: one `openat2`, one `pread` (no
-/// `fstat`: the scan's size is checked by asking for one byte more where the slot has
-/// room, and by `fstat` only where it has not).
-fn read_segment(f: &SrcFile, slot: &mut Slot, at: usize) -> Result<Segment, String> {
-    let (Ok(len), Ok(seg_len)) = (usize::try_from(f.size), u32::try_from(f.size)) else {
-        return Err("too large to pack".into());
-    };
-    if at + len > slot.len() {
-        return Err("grew past the pack while being read".into());
-    }
-    let h = f
-        .root
-        .open_read_scanned(&f.src_path)
-        .map_err(|e| e.to_string())?;
-    let want = (len + 1).min(slot.len() - at);
-    let got = read_upto_at(&h, &mut slot[at..at + want], len)
-        .map_err(|e| format!("reading {:?}: {e}", f.src_path.as_str()))?;
-    let now = if got == len && want == len {
-        h.metadata().map(|m| m.len()).unwrap_or(u64::MAX)
-    } else {
-        got as u64
-    };
-    if now != f.size {
-        let more = if got > len { " or more" } else { "" };
-        return Err(format!(
-            "{:?} changed size during the transfer ({} -> {now}{more} bytes)",
-            f.src_path.as_str(),
-            f.size
-        ));
-    }
-    Ok(Segment {
-        file_id: f.id,
-        len: seg_len,
-    })
-}
-
-/// pread from offset 0 into `dst` until `len` bytes are in (one more when the first
-/// read brings it: a small file takes one `pread`) or the file ends; the bytes read.
-fn read_upto_at(f: &File, dst: &mut [u8], len: usize) -> std::io::Result<usize> {
-    let mut done = 0;
-    loop {
-        match f.read_at(&mut dst[done..], done as u64) {
-            Ok(0) => return Ok(done),
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-        if done >= len || done == dst.len() {
-            return Ok(done);
-        }
-    }
 }
 
 /// The header of chunk `offset` of `file`, read into `slot` (its checksum computed now).

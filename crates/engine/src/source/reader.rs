@@ -3,6 +3,7 @@
 //! ship each chunk on: to the compress stage, or to [`Dispatch`].
 
 use super::dispatch::{Dispatch, Outgoing};
+use super::packs::PackReads;
 use super::read::{chunk_header, read_work, Failures, OpenFile, ReadFailure};
 use crate::codec::{CompressMode, Compressor, SharedAuto};
 use crate::error::EngineError;
@@ -47,6 +48,8 @@ struct Reading {
     /// A packed chunk's segment list, reused (inline, it travels and comes back).
     segments: Vec<Segment>,
     ahead: Option<ReadAhead>,
+    /// Scratch for reading packs of small files a batch at a time.
+    packs: PackReads,
     /// Reads the ring finished, waiting to be shipped (room for `read_depth`, reused).
     finished: Vec<readahead::Finished>,
     /// The most reads this thread had in flight at once (reported when it ends).
@@ -65,6 +68,7 @@ impl Reader {
             open: OpenFile::new(self.direct, self.prefetch_stride),
             segments: Vec::new(),
             ahead: self.ring(),
+            packs: PackReads::default(),
             finished: Vec::with_capacity(self.read_depth as usize),
             deepest: 1,
         };
@@ -173,6 +177,7 @@ impl Reader {
         let read = read_work(
             &work,
             &mut r.open,
+            &mut r.packs,
             &mut slot,
             &mut r.segments,
             self.failures(),
