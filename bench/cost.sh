@@ -11,6 +11,7 @@
 # --big GIB   also one GIB GiB file (default 0: none)
 # --reps R    repetitions of every tool (default 3); medians are printed
 # --dir D     where to mount the tmpfs (default /tmp/sluice-cost)
+# --cold      do not warm the tmpfs before each timed run (see warm() below)
 # --gridftp   also GridFTP (`globus-url-copy -fast -p 4`, recursive, into a
 #             globus-gridftp-server started per run as the sluice daemon is; its CPU
 #             counts the session process it forks). For the large file: on 20,000
@@ -26,7 +27,7 @@
 # needed); a daemon is started per run with default flags, as a new user would.
 set -euo pipefail
 
-FILES=20000 BIG=0 REPS=3 DIR=/tmp/sluice-cost GRIDFTP=0
+FILES=20000 BIG=0 REPS=3 DIR=/tmp/sluice-cost GRIDFTP=0 WARM=1
 BINS=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -35,7 +36,8 @@ while [ $# -gt 0 ]; do
         --reps) REPS=$2; shift 2 ;;
         --dir) DIR=$2; shift 2 ;;
         --gridftp) GRIDFTP=1; shift ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        --cold) WARM=0; shift ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) BINS+=("$(realpath "$1")"); shift ;;
     esac
 done
@@ -71,6 +73,17 @@ if big:
 EOF
 BYTES=$(du -sb "$DIR/src" | cut -f1)
 
+# warm: as many bytes as the transfer writes, written into the tmpfs and deleted right
+# before each timed run (after its daemon listens), so every tool writes into memory the
+# host backs. This VM's balloon hands free guest memory back to the host within seconds
+# (free page reporting), and a tool then pays for the host faulting it in again: 4 GiB
+# written with dd took 6.3-6.6 s 10 s after a delete, 1.6-2.6 s right after it. Which
+# tool paid depended on how long its start-up took; a host without a balloon never pays.
+warm() {
+    [ "$WARM" = 1 ] || return 0
+    dd if=/dev/zero of="$DIR/warm" bs=4M count=$(( BYTES / 4194304 + 1 )) status=none
+    rm -f "$DIR/warm"
+}
 softirq() { awk '/^cpu /{print $8}' /proc/stat; }
 # cpu_of PID -> utime+stime of a live process, in ticks
 # cpu_of PID -> utime+stime of a live process and of its children it has reaped (the
@@ -103,6 +116,7 @@ run_one() {
             DPID=$!
             dstart=$(listening "$DPID" "$port") ;;
     esac
+    warm
     s0=$(softirq); t0=$(date +%s.%N)
     local tf=$DIR/time.txt
     case $tool in
@@ -132,7 +146,7 @@ TOOLS=()
 for i in "${!BINS[@]}"; do TOOLS+=("sluice:$i"); done
 TOOLS+=(tar-tar cp-a)
 [ "$GRIDFTP" = 1 ] && TOOLS+=(gridftp)
-echo "# $FILES files + ${BIG} GiB, $BYTES bytes, tmpfs to tmpfs (plain directories), $REPS interleaved reps, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
+echo "# $FILES files + ${BIG} GiB, $BYTES bytes, tmpfs to tmpfs (plain directories), $REPS interleaved reps, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg), $([ "$WARM" = 1 ] && echo warmed || echo cold) tmpfs"
 echo "# tool rep wall_s client_cpu_s daemon_cpu_s softirq_s daemon_startup_cpu_s client_rss_mib daemon_rss_mib"
 NT=${#TOOLS[@]}
 for rep in $(seq "$REPS"); do
