@@ -160,13 +160,19 @@ fn a_small_file_push_costs_one_statx_per_file_and_no_failing_or_spinning_syscall
     let (c, d) = (parse(&cout), parse(&dout));
     eprintln!("client: {c:?}\ndaemon: {d:?}");
     assert_pushed(&src, &dst);
-    // Source: the scan's statx, one open, one pread per file.
+    // Source: the scan's statx, one open, one read per file.
     assert!(
         calls(&c, "statx") + calls(&c, "newfstatat") < FILES * 5 / 4,
         "statx: {c:?}"
     );
     let c_opens = calls(&c, "openat") + calls(&c, "openat2");
     assert!(c_opens < FILES * 5 / 4 + FIXED_OPENS, "client opens: {c:?}");
+    // One read a file (a pack's files are asked with preadv2(RWF_NOWAIT); only those not
+    // in the page cache, or on a file system without it, are read again), none failing
+    // but the one EOPNOTSUPP a reader may get where the file system has no RWF_NOWAIT.
+    let c_reads = calls(&c, "pread64") + calls(&c, "preadv") + calls(&c, "preadv2");
+    assert!(c_reads < FILES * 5 / 4, "client reads: {c:?}");
+    assert!(errors(&c, "preadv2") < 8, "failing preadv2: {c:?}");
     // Sink: nothing that fails per file, no per-file rename, chmod or temporary name.
     assert!(
         errors(&d, "unlinkat") < FILES / 10,
