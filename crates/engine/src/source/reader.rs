@@ -60,8 +60,9 @@ impl Reader {
     /// Takes work from the scheduler until it closes (or the session aborts), reads it
     /// into this channel's slots and ships each chunk. A large file's chunks opened with
     /// `O_DIRECT` go through the thread's ring, up to `read_depth` at a time: the disk
-    /// keeps requests queued while the thread checksums and sends; everything else
-    /// (packs, the page cache) is read in turn.
+    /// keeps requests queued while the thread checksums and sends; a pack's small files
+    /// are asked for a batch at a time ([`PackReads`]); a large file's chunks through
+    /// the page cache are read in turn.
     pub(super) fn run(self, mut dispatch: Dispatch) -> Result<(), EngineError> {
         let mut r = Reading {
             compressor: Compressor::sharing(self.mode, &self.auto),
