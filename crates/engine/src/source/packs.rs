@@ -29,7 +29,7 @@ use std::io::{self, IoSliceMut};
 use std::sync::Arc;
 
 /// Files opened and asked for their bytes together at most.
-pub(super) const BATCH: usize = 32;
+const BATCH: usize = 32;
 
 /// A page of the page cache (4 KiB divides every page size): a read the cache cuts
 /// short stops at a multiple of it.
