@@ -85,7 +85,6 @@ warm() {
     rm -f "$DIR/warm"
 }
 softirq() { awk '/^cpu /{print $8}' /proc/stat; }
-# cpu_of PID -> utime+stime of a live process, in ticks
 # cpu_of PID -> utime+stime of a live process and of its children it has reaped (the
 # session processes a GridFTP server forks), in ticks
 cpu_of() { awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat"; }

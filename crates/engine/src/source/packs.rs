@@ -2,7 +2,7 @@
 //!
 //! A pack holds hundreds of small files. Read one `pread` after another, a cold cache
 //! waits for the disk once per file, one request at a time: on the kernel tree read
-//! from disk the readers were busy 95 % of a push, almost all of it waiting. So a
+//! from disk the readers were busy 93-94 % of a push, almost all of it waiting. So a
 //! reader opens up to [`BATCH`] files of the pack and first asks each for its bytes
 //! with `preadv2(RWF_NOWAIT)`: what the page cache holds is copied at once, and a file
 //! it does not hold answers `EAGAIN` with its readahead already started. Only then are
@@ -112,7 +112,7 @@ impl PackReads {
             let dst = &mut slot[place..place + len(f)];
             match self.start(&h, dst, i) {
                 Ok(read) => self.open[i] = Some((h, read)),
-                Err(e) => failures.fail(f, &format!("reading {:?}: {e}", f.src_path.as_str())),
+                Err(e) => failures.fail(f, &reading(f, &e)),
             }
         }
         let mut end = at;
@@ -127,7 +127,7 @@ impl PackReads {
                     finish(&h, &mut slot[place..place + n], &mut self.past_end[i], from)
                 }
             };
-            match got.map_err(|e| format!("reading {:?}: {e}", f.src_path.as_str())) {
+            match got.map_err(|e| reading(f, &e)) {
                 Ok(got) if got == n => {
                     slot.copy_within(place..place + n, end);
                     end += n;
@@ -164,6 +164,11 @@ impl PackReads {
         }
         finish(h, dst, &mut self.past_end[i], 0).map(Read::Done)
     }
+}
+
+/// Why a file whose read failed with `e` is left out of its pack.
+fn reading(f: &SrcFile, e: &io::Error) -> String {
+    format!("reading {:?}: {e}", f.src_path.as_str())
 }
 
 /// Why a file read to `got` bytes is left out of its pack.
