@@ -1,6 +1,7 @@
-//! Facts about this machine's devices that hwloc does not give, read from sysfs: link
-//! speed, IP-less interfaces hwloc skipped, disk sizes, rotational flags, and the
-//! locality of devices hwloc did not list (virtio NICs and disks in VMs).
+//! This machine's devices, read from sysfs: its network interfaces and whole disks, the
+//! NUMA node of each (that of the nearest device above it with a `numa_node`: a NIC's
+//! PCI function, a virtio device's PCI function, a SCSI disk's HBA), link speeds, MACs,
+//! disk sizes and rotational flags. hwloc discovers the CPUs and memory only.
 //!
 //! Every reader takes the sysfs root as data ([`Sysfs::at`]) so that unit tests run on a
 //! fake tree. A missing or unreadable file means "unknown" (`None`), never an error:
@@ -75,6 +76,12 @@ impl Sysfs {
         self.device_numa_node(&format!("class/net/{name}/device"))
     }
 
+    /// The CPUs local to the interface's device (`local_cpulist` of the nearest device
+    /// above it that has one: its PCI function), for a device whose node is unknown.
+    pub(crate) fn net_local_cpus(&self, name: &str) -> Option<Vec<u32>> {
+        self.device_local_cpus(&format!("class/net/{name}/device"))
+    }
+
     /// PCI bus id of the interface's device (`0000:81:00.0`), if it is on PCI.
     pub(crate) fn net_pci_bus_id(&self, name: &str) -> Option<String> {
         self.device_pci_bus_id(&format!("class/net/{name}/device"))
@@ -135,6 +142,12 @@ impl Sysfs {
         nodes.all(|n| n == Some(first)).then_some(first)
     }
 
+    /// The CPUs local to a disk's controller ([`Sysfs::net_local_cpus`]'s rule); `None`
+    /// for a stacked device.
+    pub(crate) fn block_local_cpus(&self, name: &str) -> Option<Vec<u32>> {
+        self.device_local_cpus(&format!("class/block/{name}/device"))
+    }
+
     /// The whole disk that holds block device `MAJ:MIN` (`sda` for `sda2`, `nvme0n1`
     /// for `nvme0n1p1`, `dm-0` for itself), or `None` if sysfs has no such device.
     pub(crate) fn whole_disk_of_dev(&self, major: u32, minor: u32) -> Option<String> {
@@ -190,6 +203,24 @@ impl Sysfs {
                     .parse::<i64>()
                     .ok()
                     .and_then(|n| u32::try_from(n).ok());
+            }
+            if !dir.pop() {
+                break;
+            }
+        }
+        None
+    }
+
+    /// The first `local_cpulist` found walking up from the device behind the link `rel`
+    /// (a PCI function has one; a virtual device has none).
+    fn device_local_cpus(&self, rel: &str) -> Option<Vec<u32>> {
+        let devices = fs::canonicalize(self.root.join("devices")).ok()?;
+        let mut dir = fs::canonicalize(self.root.join(rel)).ok()?;
+        while dir.starts_with(&devices) && dir != devices {
+            if let Ok(text) = fs::read_to_string(dir.join("local_cpulist")) {
+                return crate::cpulist::parse(text.trim())
+                    .ok()
+                    .filter(|cpus| !cpus.is_empty());
             }
             if !dir.pop() {
                 break;
@@ -334,6 +365,17 @@ pub(crate) mod tests {
         );
         link(r, "block/dm-0", "../devices/virtual/block/dm-0");
         link(r, "class/block/dm-0", "../../devices/virtual/block/dm-0");
+
+        let pci_nic2 = "devices/pci0000:40/0000:40:00.0/0000:41:00.0";
+        write(r, &format!("{pci_nic2}/numa_node"), "-1\n");
+        write(r, &format!("{pci_nic2}/local_cpulist"), "8-11,14\n");
+        write(r, &format!("{pci_nic2}/net/eth1/speed"), "25000\n");
+        link(
+            r,
+            &format!("{pci_nic2}/net/eth1/device"),
+            "../../../0000:41:00.0",
+        );
+        link(r, "class/net/eth1", &format!("../../{pci_nic2}/net/eth1"));
         t
     }
 
@@ -341,7 +383,7 @@ pub(crate) mod tests {
     fn reads_nics_from_a_vm_like_tree() {
         let t = fake_sysfs();
         let s = Sysfs::at(&t.0);
-        assert_eq!(s.net_interfaces(), vec!["eth0", "lo"]);
+        assert_eq!(s.net_interfaces(), vec!["eth0", "eth1", "lo"]);
         assert_eq!(
             s.net_numa_node("eth0"),
             Some(1),
@@ -353,6 +395,21 @@ pub(crate) mod tests {
         assert_eq!(s.net_mac("lo"), None);
         assert_eq!(s.net_pci_bus_id("eth0").as_deref(), Some("0000:21:00.0"));
         assert_eq!(s.net_pci_bus_id("lo"), None);
+    }
+
+    #[test]
+    fn a_device_of_unknown_node_gives_its_local_cpus() {
+        let t = fake_sysfs();
+        let s = Sysfs::at(&t.0);
+        assert_eq!(s.net_numa_node("eth1"), None, "-1 is unknown");
+        assert_eq!(s.net_local_cpus("eth1"), Some(vec![8, 9, 10, 11, 14]));
+        assert_eq!(s.net_speed_mbps("eth1"), Some(25000));
+        assert_eq!(s.net_local_cpus("lo"), None, "a virtual device has none");
+        assert_eq!(
+            s.block_local_cpus("dm-0"),
+            None,
+            "a stack has no controller"
+        );
     }
 
     #[test]
