@@ -256,7 +256,7 @@ mod tests {
     #[test]
     fn the_chunk_checksum_is_xxhash_rusts_xxh3_64_at_every_length_class() {
         let data: Vec<u8> = (0..(1usize << 20) + 4099)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13).to_le_bytes()[0])
             .collect();
         let lengths = (0..=300).chain([1023, 1024, 1025, 4096, 65_536 + 7, data.len()]);
         for len in lengths {
