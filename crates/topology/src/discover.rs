@@ -37,7 +37,7 @@ const UNUSED_COMPONENTS: [&str; 6] = ["gl", "opencl", "cuda", "nvml", "rsmi", "l
 ///
 /// - [`TopologySource::This`]: this machine's packages, nodes and cores as hwloc sees
 ///   them, restricted to the PUs this process may use (cgroup cpuset and CPU affinity,
-///   e.g. `taskset`); its NICs and disks as sysfs lists them (hwloc lists none of them), with
+///   e.g. `taskset`); its NICs and disks as sysfs lists them (hwloc lists none), with
 ///   locality, link speed, MAC, IP addresses, disk size and rotational flag.
 /// - [`TopologySource::Synthetic`] and [`TopologySource::Xml`]: all PUs allowed; devices
 ///   and their infos as the XML gives them (`Address` for a MAC, `Size` in KiB for a
