@@ -194,33 +194,28 @@ impl Sysfs {
     /// found walking up from the device (a virtio device has it one level up on its PCI
     /// function, a SCSI disk a few levels up on its HBA). `-1` means unknown.
     fn device_numa_node(&self, rel: &str) -> Option<u32> {
-        let devices = fs::canonicalize(self.root.join("devices")).ok()?;
-        let mut dir = fs::canonicalize(self.root.join(rel)).ok()?;
-        while dir.starts_with(&devices) && dir != devices {
-            if let Ok(text) = fs::read_to_string(dir.join("numa_node")) {
-                return text
-                    .trim()
-                    .parse::<i64>()
-                    .ok()
-                    .and_then(|n| u32::try_from(n).ok());
-            }
-            if !dir.pop() {
-                break;
-            }
-        }
-        None
+        self.nearest_attribute(rel, "numa_node")?
+            .parse::<i64>()
+            .ok()
+            .and_then(|n| u32::try_from(n).ok())
     }
 
     /// The first `local_cpulist` found walking up from the device behind the link `rel`
     /// (a PCI function has one; a virtual device has none).
     fn device_local_cpus(&self, rel: &str) -> Option<Vec<u32>> {
+        crate::cpulist::parse(&self.nearest_attribute(rel, "local_cpulist")?)
+            .ok()
+            .filter(|cpus| !cpus.is_empty())
+    }
+
+    /// The trimmed contents of the first file `attribute` found walking up from the
+    /// device behind the link `rel`, inside `devices/`.
+    fn nearest_attribute(&self, rel: &str, attribute: &str) -> Option<String> {
         let devices = fs::canonicalize(self.root.join("devices")).ok()?;
         let mut dir = fs::canonicalize(self.root.join(rel)).ok()?;
         while dir.starts_with(&devices) && dir != devices {
-            if let Ok(text) = fs::read_to_string(dir.join("local_cpulist")) {
-                return crate::cpulist::parse(text.trim())
-                    .ok()
-                    .filter(|cpus| !cpus.is_empty());
+            if let Ok(text) = fs::read_to_string(dir.join(attribute)) {
+                return Some(text.trim().to_string());
             }
             if !dir.pop() {
                 break;

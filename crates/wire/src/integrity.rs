@@ -16,10 +16,10 @@ use crate::limits::{MAX_CHUNK_BYTES, MAX_FILE_CHUNKS, MIN_CHUNK_BYTES};
 /// The xxh3-64 checksum of a chunk's original (uncompressed) bytes.
 ///
 /// Computed by `twox-hash`, which picks AVX2 at run time where the CPU has it: a
-/// portable build of `xxhash-rust` hashes with SSE2 only, at 8.7-13.3 GB/s against 16.0-23.2 on
-/// the build VM, and the checksum is paid on both sides for every byte moved. Both
-/// compute the same function (a test holds them equal), so peers built with either
-/// agree.
+/// portable build of `xxhash-rust` hashes with SSE2 only, at 8.7-13.3 GB/s against
+/// 16.0-23.2 on the build VM, and the checksum is paid on both sides for every byte
+/// moved. Both compute the same function (a test holds them equal), so peers built with
+/// either agree.
 ///
 /// ```
 /// let c = sluice_wire::chunk_checksum(b"hello");
