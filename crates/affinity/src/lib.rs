@@ -38,6 +38,7 @@ mod bind;
 mod error;
 mod kernel;
 mod memory;
+mod policy;
 mod rebind;
 mod verify;
 
@@ -48,6 +49,7 @@ pub use kernel::{
     thread_affinity, MemPolicy, PolicyMode,
 };
 pub use memory::{NodeMemory, PageReport, Populate, HUGE_PAGE_BYTES};
+pub use policy::{batch_current_thread, current_policy};
 pub use rebind::{current_tid, rebind_thread};
 pub use verify::{
     apply_and_verify, PartitionRow, ThreadRow, VerifyReport, CPU_SAMPLES_PER_THREAD,

@@ -1,6 +1,7 @@
 //! The control connection once the session runs: one writer thread that batches frames
 //! from every other thread into few syscalls, and one reader thread that turns incoming
-//! frames into messages for the session's master thread.
+//! frames into messages for the session's master thread. Both run under `SCHED_BATCH`
+//! ([`control_thread_policy`]).
 
 use super::tls::Link;
 use super::transport::{peer_name, FrameReader};
@@ -40,6 +41,7 @@ pub fn spawn_writer(
     let handle = std::thread::Builder::new()
         .name("control-tx".into())
         .spawn(move || {
+            control_thread_policy();
             let peer = peer_name(stream.stream());
             let mut stream = stream;
             let mut buf = Vec::with_capacity(64 << 10);
@@ -100,28 +102,51 @@ pub fn spawn_reader(mut reader: FrameReader) -> std::io::Result<Receiver<Control
     let (tx, rx) = bounded(CONTROL_QUEUE_FRAMES);
     std::thread::Builder::new()
         .name("control-rx".into())
-        .spawn(move || loop {
-            match reader.next("running the session") {
-                Ok(Some(frame)) => {
-                    let ev = match frame {
-                        Frame::ChunkAck(a) => ControlEvent::Ack(a, Instant::now()),
-                        other => ControlEvent::Frame(other),
-                    };
-                    if tx.send(ev).is_err() {
-                        return;
-                    }
-                }
-                Ok(None) => {
-                    let _ = tx.send(ControlEvent::Closed);
-                    return;
-                }
-                Err(e) => {
-                    let _ = tx.send(ControlEvent::Failed(e));
+        .spawn(move || {
+            control_thread_policy();
+            read_events(&mut reader, &tx);
+        })?;
+    Ok(rx)
+}
+
+/// Puts the calling control thread under `SCHED_BATCH`. A control thread is woken for
+/// every few frames (a `FileDone` per small file, acknowledgements), each time for a
+/// few microseconds of work. As an ordinary thread, each wake-up preempted the data
+/// thread on its CPU. Batched, it waits for an idle CPU or the end of that thread's
+/// slice, and then sends or reads everything queued meanwhile in one system call.
+/// Measured on the 2-core VM (200,000 files, tmpfs, both sides, medians of 5-6 in
+/// three interleaved runs), it took 6-13 % off the wall time and the CPU time alike.
+/// Where the kernel refuses (a seccomp filter), the thread runs as before.
+fn control_thread_policy() {
+    static REFUSED: std::sync::Once = std::sync::Once::new();
+    if let Err(e) = sluice_affinity::batch_current_thread() {
+        REFUSED.call_once(|| tracing::info!("control threads keep the default policy: {e}"));
+    }
+}
+
+/// The reader thread's loop: frames off the connection into `tx` until it ends.
+fn read_events(reader: &mut FrameReader, tx: &crossbeam_channel::Sender<ControlEvent>) {
+    loop {
+        match reader.next("running the session") {
+            Ok(Some(frame)) => {
+                let ev = match frame {
+                    Frame::ChunkAck(a) => ControlEvent::Ack(a, Instant::now()),
+                    other => ControlEvent::Frame(other),
+                };
+                if tx.send(ev).is_err() {
                     return;
                 }
             }
-        })?;
-    Ok(rx)
+            Ok(None) => {
+                let _ = tx.send(ControlEvent::Closed);
+                return;
+            }
+            Err(e) => {
+                let _ = tx.send(ControlEvent::Failed(e));
+                return;
+            }
+        }
+    }
 }
 
 /// The control plane as the two halves of a session see it.

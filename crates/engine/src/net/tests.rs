@@ -263,3 +263,48 @@ fn a_clear_join_to_an_encrypted_session_is_refused() {
         "{frame:?}"
     );
 }
+
+/// The scheduling policy of this process's thread named `name` that is not yet in
+/// `seen` (thread ids), found through /proc/self/task.
+fn new_thread_policy(name: &str, seen: &[i32]) -> Option<(i32, i32)> {
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let tid: i32 = task.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() == name && !seen.contains(&tid) {
+            // SAFETY: no pointer arguments; a thread that ended gives -1 (ESRCH).
+            let policy = unsafe { libc::sched_getscheduler(tid) };
+            return Some((tid, policy));
+        }
+    }
+    None
+}
+
+#[test]
+fn control_frames_pass_through_the_control_threads_which_run_batched() {
+    use super::control::{spawn_reader, spawn_writer, ControlEvent};
+    use super::transport::FrameReader;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let a = TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+    let (b, _) = listener.accept().expect("accept");
+    // Control threads of tests running beside this one: not the ones checked here.
+    let before: Vec<i32> = std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        .collect();
+    let (tx, writer) = spawn_writer(Link::plain(a)).expect("writer");
+    let events = spawn_reader(FrameReader::new(Link::plain(b))).expect("reader");
+    let failed = sluice_wire::FileFailed::new(9, ErrorCode::Io, "gone");
+    tx.send(Frame::FileFailed(failed.clone()));
+    match events.recv().expect("an event") {
+        ControlEvent::Frame(Frame::FileFailed(f)) => assert_eq!(f, failed),
+        other => panic!("{other:?}"),
+    }
+    for name in ["control-tx", "control-rx"] {
+        let (tid, policy) = new_thread_policy(name, &before).expect(name);
+        assert_eq!(policy, libc::SCHED_BATCH, "{name} (thread {tid})");
+    }
+    drop(tx);
+    writer.join().expect("writer thread").expect("all frames sent");
+    assert!(matches!(events.recv(), Ok(ControlEvent::Closed)));
+}

@@ -1,0 +1,57 @@
+//! The kernel scheduling policy of the calling thread.
+
+use crate::error::AffinityError;
+
+/// Puts the calling thread under `SCHED_BATCH` (threads it creates afterwards inherit
+/// it). Woken, such a thread does not preempt the thread running on its CPU: it takes
+/// an idle CPU, or waits until the running thread's slice ends. Its share of the CPU
+/// is unchanged, and no privilege is needed.
+///
+/// For threads woken often for little work (the control connection's), so that each
+/// wake-up does not take the CPU from a data thread in the middle of its work.
+///
+/// # Errors
+/// [`AffinityError::Syscall`] if the kernel refuses.
+pub fn batch_current_thread() -> Result<(), AffinityError> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 names the
+    // calling thread.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    if rc != 0 {
+        return Err(AffinityError::last_os("sched_setscheduler(SCHED_BATCH)"));
+    }
+    Ok(())
+}
+
+/// The calling thread's scheduling policy (`SCHED_OTHER`, `SCHED_BATCH`, ...).
+///
+/// # Errors
+/// [`AffinityError::Syscall`] if the kernel refuses.
+pub fn current_policy() -> Result<i32, AffinityError> {
+    // SAFETY: no pointer arguments; pid 0 names the calling thread.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    if policy < 0 {
+        return Err(AffinityError::last_os("sched_getscheduler"));
+    }
+    Ok(policy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_thread_reads_back_batch_and_its_children_inherit_it() {
+        let before = current_policy().unwrap();
+        std::thread::spawn(|| {
+            batch_current_thread().unwrap();
+            assert_eq!(current_policy().unwrap(), libc::SCHED_BATCH);
+            let child = std::thread::spawn(|| current_policy().unwrap());
+            assert_eq!(child.join().unwrap(), libc::SCHED_BATCH);
+        })
+        .join()
+        .unwrap();
+        // Only the thread that asked (and its children) changed.
+        assert_eq!(current_policy().unwrap(), before);
+    }
+}
