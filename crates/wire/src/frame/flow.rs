@@ -95,7 +95,7 @@ impl Body for ChunkNack {
 pub struct FileDone {
     /// The file.
     pub file_id: u64,
-    /// Its digest ([`crate::FileDigest`]), which the source compares with its own.
+    /// Its digest ([`crate::FileDigest`]), as the sink computed it; the source reports it.
     pub digest: [u8; 16],
 }
 
