@@ -1,7 +1,7 @@
 //! The control connection once the session runs: one writer thread that batches frames
 //! from every other thread into few syscalls, and one reader thread that turns incoming
-//! frames into messages for the session's master thread. Both run under `SCHED_BATCH`
-//! ([`control_thread_policy`]).
+//! frames into messages for the session's master thread. Both run under `SCHED_BATCH`,
+//! so that waking them does not preempt a data thread.
 
 use super::tls::Link;
 use super::transport::{peer_name, FrameReader};

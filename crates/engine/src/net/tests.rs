@@ -305,6 +305,9 @@ fn control_frames_pass_through_the_control_threads_which_run_batched() {
         assert_eq!(policy, libc::SCHED_BATCH, "{name} (thread {tid})");
     }
     drop(tx);
-    writer.join().expect("writer thread").expect("all frames sent");
+    writer
+        .join()
+        .expect("writer thread")
+        .expect("all frames sent");
     assert!(matches!(events.recv(), Ok(ControlEvent::Closed)));
 }
