@@ -21,10 +21,12 @@
 # Prints one line per run and the medians: wall seconds, CPU seconds of the client, the
 # daemon during the transfer (its process's CPU read from /proc once it listens and
 # again at the end) and the system's softirq time (which carries loopback TCP;
-# system-wide, so other load adds to it), and CPU seconds per 1,000 files or per GB.
-# The daemon's start-up (planning, prefaulting its pools: paid once per daemon, not per
-# transfer) is its own column, not in the totals. Runs as root (mounts a tmpfs; no sudo
-# needed); a daemon is started per run with default flags, as a new user would.
+# system-wide, so other load adds to it), and CPU seconds per 1,000 files or per GB;
+# then each sluice's ratio to `tar | tar` beside the most it could be on this machine
+# (cores x tar's wall / sluice's CPU seconds). The daemon's start-up (planning,
+# prefaulting its pools: paid once per daemon, not per transfer) is its own column, not
+# in the totals. Runs as root (mounts a tmpfs; no sudo needed); a daemon is started per
+# run with default flags, as a new user would.
 set -euo pipefail
 
 FILES=20000 BIG=0 REPS=3 DIR=/tmp/sluice-cost GRIDFTP=0 WARM=1
@@ -37,7 +39,7 @@ while [ $# -gt 0 ]; do
         --dir) DIR=$2; shift 2 ;;
         --gridftp) GRIDFTP=1; shift ;;
         --cold) WARM=0; shift ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
         *) BINS+=("$(realpath "$1")"); shift ;;
     esac
 done
@@ -169,4 +171,12 @@ for name in "${!RES[@]}"; do
             return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2 }
         END { mw = med(w, NR); mc = med(c, NR); md = med(d, NR);
               printf "%-10s %7.3f %7.3f %7.3f %7.3f %7.3f %6d %6d\n", n, mw, mc, (f ? mc * 1000 / f : 0), mc * 1e9 / b, md, cr, dr }'
-done | sort
+done | sort | tee "$DIR/medians"
+# Each sluice against tar | tar, and the most it could be on this machine: no run takes
+# less than its CPU seconds over the cores, so the ratio is at most
+# cores x tar's wall / sluice's CPU seconds.
+awk -v cores="$(nproc)" '
+    { wall[$1] = $2; cpu[$1] = $3 }
+    END { if (!("tar-tar" in wall)) exit
+          for (n in wall) if (n ~ /^sluice/ && wall[n] > 0 && cpu[n] > 0)
+              printf "# %s / tar-tar: %.2fx; bound on %d cores by its CPU: %.2fx\n", n, wall["tar-tar"] / wall[n], cores, cores * wall["tar-tar"] / cpu[n] }' "$DIR/medians" | sort
