@@ -49,7 +49,7 @@ pub use kernel::{
     thread_affinity, MemPolicy, PolicyMode,
 };
 pub use memory::{NodeMemory, PageReport, Populate, HUGE_PAGE_BYTES};
-pub use policy::{batch_current_thread, current_policy};
+pub use policy::{batch_current_thread, task_policy};
 pub use rebind::{current_tid, rebind_thread};
 pub use verify::{
     apply_and_verify, PartitionRow, ThreadRow, VerifyReport, CPU_SAMPLES_PER_THREAD,

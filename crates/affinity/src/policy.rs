@@ -23,13 +23,15 @@ pub fn batch_current_thread() -> Result<(), AffinityError> {
     Ok(())
 }
 
-/// The calling thread's scheduling policy (`SCHED_OTHER`, `SCHED_BATCH`, ...).
+/// The scheduling policy (`SCHED_OTHER`, `SCHED_BATCH`, ...) of thread `tid` of this
+/// process (0: the calling thread), as [`task_affinity`](crate::task_affinity) reads
+/// its CPUs.
 ///
 /// # Errors
-/// [`AffinityError::Syscall`] if the kernel refuses.
-pub fn current_policy() -> Result<i32, AffinityError> {
-    // SAFETY: no pointer arguments; pid 0 names the calling thread.
-    let policy = unsafe { libc::sched_getscheduler(0) };
+/// [`AffinityError::Syscall`] if the thread is gone (`ESRCH`) or the kernel refuses.
+pub fn task_policy(tid: i32) -> Result<i32, AffinityError> {
+    // SAFETY: no pointer arguments; the kernel checks `tid` (0: the calling thread).
+    let policy = unsafe { libc::sched_getscheduler(tid) };
     if policy < 0 {
         return Err(AffinityError::last_os("sched_getscheduler"));
     }
@@ -42,16 +44,16 @@ mod tests {
 
     #[test]
     fn a_batch_thread_reads_back_batch_and_its_children_inherit_it() {
-        let before = current_policy().unwrap();
+        let before = task_policy(0).unwrap();
         std::thread::spawn(|| {
             batch_current_thread().unwrap();
-            assert_eq!(current_policy().unwrap(), libc::SCHED_BATCH);
-            let child = std::thread::spawn(|| current_policy().unwrap());
+            assert_eq!(task_policy(0).unwrap(), libc::SCHED_BATCH);
+            let child = std::thread::spawn(|| task_policy(0).unwrap());
             assert_eq!(child.join().unwrap(), libc::SCHED_BATCH);
         })
         .join()
         .unwrap();
         // Only the thread that asked (and its children) changed.
-        assert_eq!(current_policy().unwrap(), before);
+        assert_eq!(task_policy(0).unwrap(), before);
     }
 }

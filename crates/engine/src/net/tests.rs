@@ -264,19 +264,17 @@ fn a_clear_join_to_an_encrypted_session_is_refused() {
     );
 }
 
-/// The scheduling policy of this process's thread named `name` that is not yet in
-/// `seen` (thread ids), found through /proc/self/task.
-fn new_thread_policy(name: &str, seen: &[i32]) -> Option<(i32, i32)> {
-    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let tid: i32 = task.file_name().to_str()?.parse().ok()?;
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.trim_end() == name && !seen.contains(&tid) {
-            // SAFETY: no pointer arguments; a thread that ended gives -1 (ESRCH).
-            let policy = unsafe { libc::sched_getscheduler(tid) };
-            return Some((tid, policy));
-        }
-    }
-    None
+/// The id of this process's thread named `name` that is not in `seen`, found through
+/// /proc/self/task.
+fn new_thread(name: &str, seen: &[i32]) -> Option<i32> {
+    std::fs::read_dir("/proc/self/task")
+        .ok()?
+        .flatten()
+        .find_map(|task| {
+            let tid: i32 = task.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            (comm.trim_end() == name && !seen.contains(&tid)).then_some(tid)
+        })
 }
 
 #[test]
@@ -301,7 +299,8 @@ fn control_frames_pass_through_the_control_threads_which_run_batched() {
         other => panic!("{other:?}"),
     }
     for name in ["control-tx", "control-rx"] {
-        let (tid, policy) = new_thread_policy(name, &before).expect(name);
+        let tid = new_thread(name, &before).expect(name);
+        let policy = sluice_affinity::task_policy(tid).expect("its policy");
         assert_eq!(policy, libc::SCHED_BATCH, "{name} (thread {tid})");
     }
     drop(tx);
