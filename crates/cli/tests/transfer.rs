@@ -1244,6 +1244,58 @@ fn corrupted_chunk_is_sent_again_on_pull() {
     assert_same_tree(&root.join("src"), &dst);
 }
 
+/// Toward another host, a clear-text session that does not compress sends a large file's
+/// chunks straight from the page cache (`sendfile`); toward this host it does not
+/// (slower over loopback), unless `SLUICE_SENDFILE_ON_LOOPBACK=1` says so (as here, to
+/// test it). The files arrive whole either way, also when a chunk sent so is damaged.
+#[test]
+fn large_files_sent_from_the_page_cache_arrive_whole_and_a_damaged_chunk_is_sent_again() {
+    const SENDFILE: (&str, &str) = ("SLUICE_SENDFILE_ON_LOOPBACK", "1");
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = t.path().join("src");
+    let big = 4 * MIB + 4096 + 77;
+    write(&src.join("big.bin"), &bytes(74, big));
+    write(&src.join("small.txt"), b"small file, packed");
+    let d = Daemon::start(&root);
+    let push = |dest: &str, flags: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["-r", "--json", "--buffered"];
+        args.extend_from_slice(flags);
+        let url = d.url(&format!("{dest}/"));
+        args.extend_from_slice(&[s(&src), &url]);
+        let v = cp_env(&args, env).ok().json();
+        assert_eq!(v["files_failed"], 0, "{dest}: {v}");
+        assert_same_tree(&src, &root.join(format!("{dest}/src")));
+        v
+    };
+    let v = push("loopback", &[], &[]);
+    assert_eq!(v["sendfile_bytes"], 0, "not toward this host: {v}");
+    let v = push("sendfile", &[], &[SENDFILE]);
+    assert_eq!(
+        v["sendfile_bytes"], big as u64,
+        "the large file, not the packed one: {v}"
+    );
+    assert_eq!(v["chunks_resent"], 0, "{v}");
+    let v = push("damaged", &[], &[SENDFILE, (FAULT_CORRUPT, "2")]);
+    assert!(v["chunks_resent"].as_u64().unwrap() >= 1, "{v}");
+    assert!(
+        v["sendfile_bytes"].as_u64().unwrap() > big as u64,
+        "sent again so: {v}"
+    );
+    let v = push("compressed", &["--compress", "lz4"], &[SENDFILE]);
+    assert_eq!(
+        v["sendfile_bytes"], 0,
+        "compressed chunks are in the slot: {v}"
+    );
+    // A pull from a daemon that sends so.
+    let mut served = Daemon::start_with(&root, &[], &[SENDFILE]);
+    let back = t.path().join("back");
+    cp(&["-r", "--buffered", &served.url("sendfile/src"), s(&back)]).ok();
+    assert_same_tree(&src, &back);
+    served.assert_alive();
+}
+
 /// Regression: a file the source could not read was reported to the sink, which answers
 /// nothing for it, and the source waited for its answer for ever: the session hung.
 /// Now the file fails (exit 1, listed), the others arrive, on push and on pull.

@@ -5,7 +5,8 @@
 //!
 //! With it, `SLUICE_FAULT_CORRUPT_CHUNK=N` (read once per process) corrupts the N-th chunk
 //! (1-based) this process sends, after its checksum was computed, so that the receiver
-//! rejects it and asks for it again. Only that one send is corrupted. And
+//! rejects it and asks for it again (a chunk sent from the page cache gets its checksum
+//! damaged instead). Only that one send is corrupted. And
 //! `SLUICE_FAULT_READ_FAIL=NAME` makes every open for reading of a file named `NAME`
 //! fail with `EIO`, as a failing disk would (the source's read-failure path).
 //! `SLUICE_FAULT_JOIN_STALL=I` makes a client's data connection `I` stop before its
@@ -48,6 +49,16 @@ mod injected {
 pub(crate) fn corrupt_if_chosen(payload: &mut [u8]) {
     if !payload.is_empty() && injected::this_one() {
         payload[0] ^= injected::FLIP;
+    }
+}
+
+/// Damages the checksum of a chunk whose payload goes from the page cache, never
+/// through this process (`sendfile`), if it is the chosen chunk: the sink sees the same
+/// mismatch as for a damaged payload.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn corrupt_checksum_if_chosen(checksum: &mut u64) {
+    if injected::this_one() {
+        *checksum ^= u64::from(injected::FLIP);
     }
 }
 
@@ -146,6 +157,13 @@ pub(crate) fn read_error(name: &str) -> Option<std::io::Error> {
 #[inline]
 pub(crate) fn corrupt_if_chosen(payload: &mut [u8]) {
     let _ = payload;
+}
+
+/// Without `fault-injection`: leaves `checksum` as it is.
+#[cfg(not(feature = "fault-injection"))]
+#[inline]
+pub(crate) fn corrupt_checksum_if_chosen(checksum: &mut u64) {
+    let _ = checksum;
 }
 
 /// Without `fault-injection`: sends both parts unchanged.

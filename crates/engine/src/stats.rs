@@ -98,6 +98,7 @@ pub struct Stats {
     payload_bytes: AtomicU64,
     wire_bytes: AtomicU64,
     chunks_resent: AtomicU64,
+    sendfile_bytes: AtomicU64,
     bytes_resumed: AtomicU64,
     channels: Box<[ChannelCell]>,
     stages: Arc<StageCounters>,
@@ -149,6 +150,7 @@ impl Stats {
             payload_bytes: AtomicU64::new(0),
             wire_bytes: AtomicU64::new(0),
             chunks_resent: AtomicU64::new(0),
+            sendfile_bytes: AtomicU64::new(0),
             bytes_resumed: AtomicU64::new(0),
             channels: (0..monitor::stage::MAX_CHANNELS)
                 .map(|_| ChannelCell::default())
@@ -267,7 +269,12 @@ impl Stats {
         self.bytes_resumed.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// A chunk was sent again after the sink rejected it.
+    /// Payload bytes sent straight from the page cache (`sendfile`).
+    pub fn add_sendfile(&self, bytes: u64) {
+        self.sendfile_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Counts a chunk sent again (source) or asked for again (sink).
     pub fn chunk_resent(&self) {
         self.chunks_resent.fetch_add(1, Ordering::Relaxed);
         monitor::global().chunk_resent();
@@ -411,6 +418,7 @@ impl Stats {
             files_failed,
             bytes_resumed: self.bytes_resumed.load(Ordering::Relaxed),
             chunks_resent: self.chunks_resent.load(Ordering::Relaxed),
+            sendfile_bytes: self.sendfile_bytes.load(Ordering::Relaxed),
             seconds,
             throughput_bytes_per_sec: if seconds > 0.0 {
                 bytes as f64 / seconds
@@ -461,6 +469,10 @@ pub struct Summary {
     /// Chunks sent again after the sink rejected a corrupted copy (a source counts what
     /// it sent again, a sink what it asked for again).
     pub chunks_resent: u64,
+    /// Payload bytes this side sent straight from the page cache (`sendfile`, never
+    /// copied into the process): large files read through the page cache, in a session
+    /// that neither encrypts nor compresses; 0 on the receiving side.
+    pub sendfile_bytes: u64,
     /// Wall-clock seconds.
     pub seconds: f64,
     /// `bytes / seconds`.

@@ -117,8 +117,10 @@ impl ChunkHeader {
         ChunkHeader::plain_checked(file_id, offset, len, chunk_checksum_parts(parts), last)
     }
 
-    /// A plain header of `len` raw bytes whose checksum is `checksum`.
-    fn plain_checked(
+    /// A plain header of `len` raw bytes whose checksum is `checksum`, computed by the
+    /// caller ([`crate::ChunkChecksum`]: bytes hashed a piece at a time and sent from
+    /// elsewhere than one buffer).
+    pub fn plain_checked(
         file_id: u64,
         offset: u64,
         len: usize,

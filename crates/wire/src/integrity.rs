@@ -8,8 +8,10 @@
 //!   its chunks, so it can be computed while chunks arrive in any order, without reading
 //!   the file again, in 8 bytes of memory a chunk.
 
+use std::hash::Hasher as _;
+use twox_hash::xxhash3_64::{RawHasher, SecretBuffer, DEFAULT_SECRET_LENGTH};
 use twox_hash::XxHash3_64;
-use xxhash_rust::xxh3::{Xxh3, Xxh3Default};
+use xxhash_rust::xxh3::Xxh3;
 
 use crate::limits::{MAX_CHUNK_BYTES, MAX_FILE_CHUNKS, MIN_CHUNK_BYTES};
 
@@ -39,11 +41,55 @@ pub fn chunk_checksum(data: &[u8]) -> u64 {
 /// assert_eq!(c, sluice_wire::chunk_checksum(b"hello"));
 /// ```
 pub fn chunk_checksum_parts(parts: &[&[u8]]) -> u64 {
-    let mut h = Xxh3Default::new();
+    let mut h = ChunkChecksum::new();
     for p in parts {
         h.update(p);
     }
-    h.digest()
+    h.value()
+}
+
+/// [`chunk_checksum`] computed a piece at a time, as the pieces come (a chunk read
+/// through a small buffer, then sent from the page cache): the same value for the same
+/// bytes however they are split, with the same AVX2 code, and nothing allocated.
+///
+/// ```
+/// let mut h = sluice_wire::ChunkChecksum::new();
+/// let bytes: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+/// for piece in bytes.chunks(333) {
+///     h.update(piece);
+/// }
+/// assert_eq!(h.value(), sluice_wire::chunk_checksum(&bytes));
+/// ```
+#[derive(Clone)]
+pub struct ChunkChecksum(RawHasher<&'static [u8; DEFAULT_SECRET_LENGTH]>);
+
+impl ChunkChecksum {
+    /// A checksum of no bytes yet.
+    pub fn new() -> ChunkChecksum {
+        ChunkChecksum(RawHasher::new(SecretBuffer::default()))
+    }
+
+    /// Adds the next bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.write(bytes);
+    }
+
+    /// The checksum of every byte added so far.
+    pub fn value(&self) -> u64 {
+        self.0.finish()
+    }
+}
+
+impl Default for ChunkChecksum {
+    fn default() -> Self {
+        ChunkChecksum::new()
+    }
+}
+
+impl std::fmt::Debug for ChunkChecksum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkChecksum").finish_non_exhaustive()
+    }
 }
 
 /// Whether `chunk_bytes` is a valid session chunk size: a power of two in

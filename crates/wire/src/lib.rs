@@ -56,7 +56,7 @@ pub use handshake::{
 };
 pub use integrity::{
     chunk_checksum, chunk_checksum_parts, chunk_count, chunk_index, chunk_range,
-    is_valid_chunk_bytes, DigestError, FileDigest,
+    is_valid_chunk_bytes, ChunkChecksum, DigestError, FileDigest,
 };
 pub use join::{ClientJoin, JoinError, JoinTable};
 pub use limits::*;

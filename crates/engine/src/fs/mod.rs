@@ -33,3 +33,20 @@ pub use sink::{
     PART_SUFFIX,
 };
 pub use spec::{map_copy, CopyArgs, Mapping, SpecError};
+
+/// tmpfs and ramfs: memory, not blocks.
+const MEMORY_FS_MAGIC: [i64; 2] = [0x0102_1994, 0x8584_58f6];
+
+/// Whether `file` lives in memory (tmpfs, ramfs), where there is no device for
+/// `O_DIRECT` to bypass the page cache to; with it, the file system's free space in
+/// bytes (`f_blocks` 0: no limit, `None`).
+pub(crate) fn memory_fs(file: &std::fs::File) -> Option<Option<u64>> {
+    let st = rustix::fs::fstatfs(file).ok()?;
+    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+    if !MEMORY_FS_MAGIC.contains(&(st.f_type as i64)) {
+        return None;
+    }
+    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+    let free = (st.f_bavail as u64).saturating_mul(st.f_bsize as u64);
+    Some((st.f_blocks != 0).then_some(free))
+}

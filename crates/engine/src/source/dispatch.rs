@@ -17,6 +17,7 @@ use sluice_buffers::Slot;
 use sluice_placement::Role;
 use sluice_wire::{ChunkHeader, Close, CloseReason, Compression, Segment};
 use std::collections::HashMap;
+use std::fs::File;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -43,7 +44,38 @@ impl Conn {
 pub(super) struct Outgoing {
     pub(super) header: ChunkHeader,
     pub(super) segments: Vec<Segment>,
+    /// The payload; or, when `in_file` is set, a slot held empty, so the chunks in
+    /// flight stay bounded by the pool as before.
     pub(super) slot: Slot,
+    /// Where the payload is instead: left in the file's page cache, to be sent from
+    /// there (a clear-text session that does not compress).
+    pub(super) in_file: Option<InFile>,
+}
+
+/// A chunk's payload left in the page cache: `header.wire_len` bytes of `file` at
+/// `offset`, checksummed as they were read.
+pub(super) struct InFile {
+    pub(super) file: Arc<File>,
+    pub(super) offset: u64,
+}
+
+impl Outgoing {
+    /// Sends the chunk on `c`: its payload from the slot, or from the page cache.
+    fn send_on(&self, c: &mut ChunkSender) -> Result<(), EngineError> {
+        match &self.in_file {
+            Some(f) => c.send_file(&self.header, &self.segments, &f.file, f.offset),
+            None => c.send(&self.header, &self.segments, self.slot.filled_bytes()),
+        }
+    }
+
+    /// Counts the chunk once sent: its wire bytes, and those that went by `sendfile`.
+    fn count_sent(&self, stats: &Stats, channel: u32) {
+        let len = u64::from(self.header.wire_len);
+        stats.add_wire(channel, len);
+        if self.in_file.is_some() {
+            stats.add_sendfile(len);
+        }
+    }
 }
 
 /// The session's data connections, grouped by the channel their net thread belongs to
@@ -77,6 +109,12 @@ impl Conns {
     /// Data connections.
     pub(super) fn count(&self) -> u32 {
         index(self.all.len())
+    }
+
+    /// Whether every data connection is clear text: chunks may then go from the page
+    /// cache (`sendfile`), which TLS in this process cannot encrypt.
+    pub(super) fn all_clear(&self) -> bool {
+        !self.all.is_empty() && self.all.iter().all(|c| !c.lock().is_tls())
     }
 
     /// Tells the sink that no more chunks follow on each data connection.
@@ -191,9 +229,9 @@ fn send_queued(
         }
         pace.wait(u64::from(out.header.wire_len));
         let mut c = conn.lock();
-        c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
+        out.send_on(&mut c)?;
         clock.worked(Stage::Send, u64::from(out.header.wire_len));
-        stats.add_wire(channel, u64::from(out.header.wire_len));
+        out.count_sent(stats, channel);
     }
     Ok(())
 }
@@ -280,13 +318,21 @@ impl Dispatch {
         mut out: Outgoing,
         compressor: &mut Compressor,
     ) -> Result<Option<Vec<Segment>>, EngineError> {
+        debug_assert!(
+            out.in_file.is_none() || compressor.is_off(),
+            "a chunk left in the page cache is not compressed"
+        );
         if !compressor.is_off() {
             compress(&mut out, compressor);
             self.clock
                 .worked(Stage::Compress, u64::from(out.header.raw_len));
         }
-        let filled = out.slot.filled();
-        crate::fault::corrupt_if_chosen(&mut out.slot[..filled]);
+        if out.in_file.is_some() {
+            crate::fault::corrupt_checksum_if_chosen(&mut out.header.checksum);
+        } else {
+            let filled = out.slot.filled();
+            crate::fault::corrupt_if_chosen(&mut out.slot[..filled]);
+        }
         self.stats
             .add_payload(self.channel, u64::from(out.header.raw_len));
         let payload = out.header.raw_len as usize;
@@ -319,11 +365,11 @@ impl Dispatch {
         self.pace.wait(len);
         let mut c = choose(&self.own, len, self.rr, (&mut self.finish, &mut self.order));
         self.clock.lap(self.home, Time::Blocked);
-        c.send(&out.header, &out.segments, out.slot.filled_bytes())?;
+        out.send_on(&mut c)?;
         drop(c);
         self.rr = self.rr.wrapping_add(1);
         self.clock.worked(Stage::Send, len);
-        self.stats.add_wire(self.channel, len);
+        out.count_sent(&self.stats, self.channel);
         out.segments.clear();
         Ok(out.segments)
     }

@@ -136,6 +136,7 @@ pub fn run(
         ..CodecInputs::on(runtime, CodecSite::Source, opts.compress)
     });
     let inline = is_inline(opts.pipeline, opts.io_threads, conns.count());
+    let in_place = sends_from_page_cache(&conns, codec.mode, peer_is_this_host);
     wiring
         .stats
         .set_pipeline(if inline { "inline" } else { "queued" });
@@ -151,6 +152,7 @@ pub fn run(
         abort: &abort,
         codec: (codec, &auto),
         failed: &failed,
+        in_place,
     };
     let outlets = data.start(&mut stages, inline, conns);
     let negotiate = opts.resume || opts.update || opts.no_clobber;
@@ -178,6 +180,25 @@ pub fn run(
     master.close(&mut core)
 }
 
+/// Whether large files' chunks read through the page cache are sent from it
+/// (`sendfile`): where nothing must touch their bytes in this process (neither TLS nor
+/// a codec), toward a peer on another host. Toward this very host it loses: over
+/// loopback a 2 GiB push took 8 % longer and both sides spent more CPU (the receiver
+/// copies from the page cache's pages more slowly than from the sender's fresh
+/// buffers); between two network namespaces joined by a veth pair it took 16 % less,
+/// and the client a third less CPU (`bench/runs/2026-11-29-vm-sendfile`).
+/// `SLUICE_SENDFILE_ON_LOOPBACK=1` (test only: the integration tests run over
+/// loopback) sends from the page cache there too.
+fn sends_from_page_cache(
+    conns: &Conns,
+    mode: crate::codec::CompressMode,
+    peer_is_this_host: bool,
+) -> bool {
+    let tested = std::env::var_os("SLUICE_SENDFILE_ON_LOOPBACK").is_some_and(|v| v == "1");
+    let clear = conns.all_clear() && mode == crate::codec::CompressMode::None;
+    clear && (!peer_is_this_host || tested)
+}
+
 /// What the data threads of a source session share.
 struct DataPath<'a> {
     runtime: &'a Arc<Runtime>,
@@ -188,6 +209,8 @@ struct DataPath<'a> {
     codec: (CodecPlan, &'a Arc<SharedAuto>),
     /// Where readers report files they cannot read.
     failed: &'a Sender<ReadFailure>,
+    /// Large files' chunks read through the page cache are sent from it.
+    in_place: bool,
 }
 
 impl DataPath<'_> {
@@ -228,6 +251,7 @@ impl DataPath<'_> {
                 auto: Arc::clone(self.codec.1),
                 inline: outlets.inline,
                 direct: opts.direct,
+                in_place: self.in_place,
                 // Readers take a file's chunks in turn: this one's next is `io_threads`
                 // ahead.
                 prefetch_stride: u64::from(opts.io_threads.max(1)),

@@ -2,7 +2,7 @@
 //! (a large file's `O_DIRECT` chunks through the thread's ring, several at a time) and
 //! ship each chunk on: to the compress stage, or to [`Dispatch`].
 
-use super::dispatch::{Dispatch, Outgoing};
+use super::dispatch::{Dispatch, InFile, Outgoing};
 use super::packs::PackReads;
 use super::read::{chunk_header, read_work, Failures, OpenFile, ReadFailure};
 use crate::codec::{CompressMode, Compressor, SharedAuto};
@@ -35,6 +35,9 @@ pub(super) struct Reader {
     pub(super) auto: Arc<SharedAuto>,
     pub(super) inline: bool,
     pub(super) direct: bool,
+    /// Chunks read through the page cache are sent from it (`sendfile`): the session is
+    /// clear text and does not compress.
+    pub(super) in_place: bool,
     /// Chunks between this reader's successive chunks of a file (the reader count).
     pub(super) prefetch_stride: u64,
     /// Large-file reads kept in flight through io_uring (1: none, read in turn).
@@ -66,7 +69,7 @@ impl Reader {
     pub(super) fn run(self, mut dispatch: Dispatch) -> Result<(), EngineError> {
         let mut r = Reading {
             compressor: Compressor::sharing(self.mode, &self.auto),
-            open: OpenFile::new(self.direct, self.prefetch_stride),
+            open: OpenFile::new(self.direct, self.prefetch_stride, self.in_place),
             segments: Vec::new(),
             ahead: self.ring(),
             packs: PackReads::default(),
@@ -186,11 +189,12 @@ impl Reader {
         if let Some(t) = target {
             self.sched.done(t);
         }
-        dispatch
-            .clock
-            .worked(Stage::Read, read.map_or(0, |h| u64::from(h.raw_len)));
+        dispatch.clock.worked(
+            Stage::Read,
+            read.as_ref().map_or(0, |h| u64::from(h.0.raw_len)),
+        );
         match read {
-            Some(header) => self.ship(r, dispatch, header, slot),
+            Some((header, in_file)) => self.ship(r, dispatch, (header, in_file), slot),
             None => Ok(true),
         }
     }
@@ -231,7 +235,7 @@ impl Reader {
                         .clock
                         .worked(Stage::Read, u64::from(header.raw_len));
                     r.segments.clear();
-                    going = self.ship(r, dispatch, header, p.slot)?;
+                    going = self.ship(r, dispatch, (header, None), p.slot)?;
                 }
                 Ok(()) => {}
                 Err(e) => self.failures().fail(
@@ -244,13 +248,14 @@ impl Reader {
         Ok(going)
     }
 
-    /// Hands a chunk read into `slot` on: to the compress stage, or compressed (when on)
-    /// and sent by this thread or queued for the senders. `false`: the session is ending.
+    /// Hands a chunk read into `slot` (or left in the page cache, `in_file`) on: to the
+    /// compress stage, or compressed (when on) and sent by this thread or queued for the
+    /// senders. `false`: the session is ending.
     fn ship(
         &self,
         r: &mut Reading,
         dispatch: &mut Dispatch,
-        header: ChunkHeader,
+        (header, in_file): (ChunkHeader, Option<InFile>),
         slot: Slot,
     ) -> Result<bool, EngineError> {
         // While `auto` sends raw, the hand-off to a compress thread would only cost a
@@ -258,6 +263,7 @@ impl Reader {
         let stage = self
             .to_compress
             .as_ref()
+            .filter(|_| in_file.is_none())
             .filter(|_| self.mode != CompressMode::Auto || self.auto.compressing());
         // Inline, the segment list goes out and comes back (no allocation); a queue gets
         // its own copy (packed chunks only: a large file's chunk has none).
@@ -270,6 +276,7 @@ impl Reader {
             header,
             segments: handed,
             slot,
+            in_file,
         };
         match stage {
             Some(q) => {

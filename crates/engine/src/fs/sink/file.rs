@@ -42,9 +42,6 @@ pub struct SinkFile {
 /// every logical block size in use.
 pub(super) const DIRECT_ALIGN: usize = 4096;
 
-/// tmpfs and ramfs: memory, not blocks.
-const MEMORY_FS_MAGIC: [i64; 2] = [0x0102_1994, 0x8584_58f6];
-
 /// Makes `file` `size` bytes long, with blocks allocated where the file system can
 /// (`fallocate`), else by `ftruncate` (sparse). On tmpfs there are no blocks to keep
 /// contiguous and `fallocate` only front-loads page allocation (about half a second per
@@ -54,18 +51,13 @@ fn preallocate(file: &File, size: u64) -> std::io::Result<()> {
     if size == 0 {
         return Ok(());
     }
-    if let Ok(st) = rustix::fs::fstatfs(file) {
-        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
-        if MEMORY_FS_MAGIC.contains(&(st.f_type as i64)) {
-            #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
-            let free = (st.f_bavail as u64).saturating_mul(st.f_bsize as u64);
-            if free < size && st.f_blocks != 0 {
-                return Err(std::io::Error::from_raw_os_error(
-                    rustix::io::Errno::NOSPC.raw_os_error(),
-                ));
-            }
-            return file.set_len(size);
+    if let Some(free) = crate::fs::memory_fs(file) {
+        if free.is_some_and(|free| free < size) {
+            return Err(std::io::Error::from_raw_os_error(
+                rustix::io::Errno::NOSPC.raw_os_error(),
+            ));
         }
+        return file.set_len(size);
     }
     match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size) {
         Ok(()) => Ok(()),

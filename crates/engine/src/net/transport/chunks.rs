@@ -1,5 +1,6 @@
 //! Data connections: [`ChunkSender`] writes a chunk's header, segment table and payload
-//! with vectored writes; [`ChunkReceiver`] reads the header and table exactly, then the
+//! with vectored writes, or (clear text) the header then the payload straight from a
+//! file's page cache; [`ChunkReceiver`] reads the header and table exactly, then the
 //! payload straight into the caller's slot.
 
 use super::{await_joined, peer_is_this_host, peer_name};
@@ -9,7 +10,9 @@ use sluice_wire::{
     ChunkHeader, ClientJoin, Codec, Frame, FrameHeader, FrameType, Segment, CHUNK_HEADER_BYTES,
     FRAME_HEADER_BYTES,
 };
+use std::fs::File;
 use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
 /// How long a source that sent chunks right behind its `Join` waits for `Joined`
@@ -93,6 +96,11 @@ impl ChunkSender {
         self.stream.stream().try_clone().ok()
     }
 
+    /// Whether the connection is encrypted (its chunks cannot go by `sendfile`).
+    pub fn is_tls(&self) -> bool {
+        self.stream.is_tls()
+    }
+
     /// Whether the peer is this very host (loopback, or this socket's own address): the
     /// bytes then never cross a wire, only memory, copied by the same CPUs.
     pub fn peer_is_this_host(&self) -> bool {
@@ -150,6 +158,44 @@ impl ChunkSender {
         self.joined()
     }
 
+    /// Sends a chunk whose payload is the `header.wire_len` bytes of `file` at `offset`,
+    /// straight from the page cache (`sendfile`: the payload is never copied into this
+    /// process, and on a NIC that offloads, not by the CPU at all). The header and
+    /// segment table go first with `MSG_MORE`, so they leave in the payload's first
+    /// segment. The caller checksummed those bytes as it read them; should the file
+    /// change meanwhile, the sink finds the checksum wrong and asks for the chunk again.
+    /// A file that became shorter is padded with zeros to the length the header
+    /// announced, so the stream stays framed (the sink refuses the chunk, and the
+    /// source's new read reports the file shorter than scanned). Clear-text links only:
+    /// TLS must encrypt the bytes in this process.
+    ///
+    /// # Errors
+    /// The link is encrypted, or the socket write failed.
+    pub fn send_file(
+        &mut self,
+        header: &ChunkHeader,
+        segments: &[Segment],
+        file: &File,
+        offset: u64,
+    ) -> Result<(), EngineError> {
+        debug_assert!(!self.stream.is_tls(), "sendfile on a TLS link");
+        if self.stream.is_tls() {
+            let e = io::Error::other("a chunk from the page cache on an encrypted connection");
+            return Err(EngineError::io(
+                format!("sending a chunk to {}", self.peer),
+                e,
+            ));
+        }
+        self.head.clear();
+        header.encode(&mut self.head);
+        Segment::encode_table(segments, &mut self.head);
+        let len = u64::from(header.wire_len);
+        if let Err(e) = send_head_and_file(self.stream.stream(), &self.head, file, offset, len) {
+            return Err(self.write_failed("sending a chunk", e));
+        }
+        self.joined()
+    }
+
     /// Sends a control frame on the data connection (only `Close`).
     ///
     /// # Errors
@@ -172,6 +218,57 @@ impl ChunkSender {
         }
         self.stream.close();
     }
+}
+
+/// The most bytes one `sendfile` call is asked for (the kernel's own cap is
+/// 0x7ffff000).
+const SENDFILE_MAX: usize = 1 << 30;
+
+/// Zeros that pad a payload whose file became shorter than its header says.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
+/// Writes `head` with `MSG_MORE`, then `len` bytes of `file` at `offset` with
+/// `sendfile`, then zeros for whatever the file no longer holds.
+fn send_head_and_file(
+    sock: &TcpStream,
+    head: &[u8],
+    file: &File,
+    offset: u64,
+    len: u64,
+) -> io::Result<()> {
+    use rustix::io::Errno;
+    use rustix::net::SendFlags;
+    let mut sent = 0;
+    while sent < head.len() {
+        match rustix::net::send(sock, &head[sent..], SendFlags::MORE) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => sent += n,
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let (mut at, end) = (offset, offset + len);
+    while at < end {
+        let want = usize::try_from(end - at).map_or(SENDFILE_MAX, |n| n.min(SENDFILE_MAX));
+        match rustix::fs::sendfile(sock, file, Some(&mut at), want) {
+            Ok(0) => return pad(sock, end - at),
+            Ok(_) => {}
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Writes `missing` zeros.
+fn pad(mut sock: &TcpStream, mut missing: u64) -> io::Result<()> {
+    tracing::debug!("a file became shorter while sent: {missing} bytes of zeros pad its chunk");
+    while missing > 0 {
+        let n = usize::try_from(missing).map_or(ZEROS.len(), |m| m.min(ZEROS.len()));
+        sock.write_all(&ZEROS[..n])?;
+        missing -= n as u64;
+    }
+    Ok(())
 }
 
 /// What arrived on a data connection.
@@ -296,5 +393,76 @@ impl ChunkReceiver {
                 EngineError::io(format!("reading a chunk payload from {peer}"), e)
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::tcp_pair;
+    use sluice_wire::{chunk_checksum, Close, CloseReason};
+    use std::io::{Seek, SeekFrom};
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| u8::try_from(i * 31 % 251).expect("a byte"))
+            .collect()
+    }
+
+    /// Sends chunk `header` from `file` at `offset`, then a `Close`, on one side of a
+    /// loopback pair; returns what the other side read: the header, the payload and the
+    /// frame behind them.
+    fn send_and_receive(file: File, header: ChunkHeader, offset: u64) -> (ChunkHeader, Vec<u8>) {
+        let (c, s) = tcp_pair();
+        let sender = std::thread::spawn(move || {
+            let mut tx = ChunkSender::new(Link::plain(c));
+            tx.send_file(&header, &[], &file, offset).unwrap();
+            tx.send_frame(&Close {
+                reason: CloseReason::Done,
+            })
+            .unwrap();
+        });
+        let mut rx = ChunkReceiver::new(Link::plain(s), 8 << 20);
+        let DataEvent::Chunk(got) = rx.next_event().unwrap() else {
+            panic!("a chunk first")
+        };
+        let mut payload = vec![0u8; got.wire_len as usize];
+        rx.payload(&mut payload).unwrap();
+        match rx.next_event().unwrap() {
+            DataEvent::Frame(Frame::Close(c)) => assert_eq!(c.reason, CloseReason::Done),
+            other => panic!("the Close right behind the payload, got {other:?}"),
+        }
+        sender.join().unwrap();
+        (got, payload)
+    }
+
+    #[test]
+    fn a_chunk_sent_from_the_page_cache_arrives_whole_and_verifies() {
+        let bytes = pattern(3 << 20);
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&bytes).unwrap();
+        let (offset, len) = (1 << 20, 2 << 20);
+        let part = &bytes[offset..offset + len];
+        let header = ChunkHeader::plain(9, offset as u64, part, true);
+        let (got, payload) = send_and_receive(f, header, offset as u64);
+        assert_eq!(got, header);
+        assert_eq!(payload, part);
+        assert!(got.verify(&payload));
+    }
+
+    #[test]
+    fn a_file_that_became_shorter_is_padded_so_the_stream_stays_framed_and_the_chunk_fails() {
+        let bytes = pattern(1 << 20);
+        let header = ChunkHeader::plain(4, 0, &bytes, true);
+        // Checksummed whole, then cut to 600,000 bytes before it is sent.
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&bytes[..600_000]).unwrap();
+        f.seek(SeekFrom::Start(0)).unwrap();
+        let (got, payload) = send_and_receive(f, header, 0);
+        assert_eq!(payload.len(), bytes.len());
+        assert_eq!(&payload[..600_000], &bytes[..600_000]);
+        assert!(payload[600_000..].iter().all(|&b| b == 0), "zeros pad it");
+        assert!(!got.verify(&payload), "the sink refuses it");
+        assert_ne!(chunk_checksum(&payload), header.checksum);
     }
 }
