@@ -183,10 +183,10 @@ pub fn run(
 /// Whether large files' chunks read through the page cache are sent from it
 /// (`sendfile`): where nothing must touch their bytes in this process (neither TLS nor
 /// a codec), toward a peer on another host. Toward this very host it loses: over
-/// loopback a 2 GiB push took 8 % longer and both sides spent more CPU (the receiver
-/// copies from the page cache's pages more slowly than from the sender's fresh
-/// buffers); between two network namespaces joined by a veth pair it took 16 % less,
-/// and the client a third less CPU (`bench/runs/2026-11-29-vm-sendfile`).
+/// loopback a 2 GiB push took 15 % longer and 18 % more CPU (the receiver copies from
+/// the page cache's pages more slowly than from the sender's fresh buffers); between
+/// two network namespaces joined by a veth pair it took 14 % less, and the client 29 %
+/// less CPU (`bench/runs/2026-11-29-vm-sendfile`).
 /// `SLUICE_SENDFILE_ON_LOOPBACK=1` (test only: the integration tests run over
 /// loopback) sends from the page cache there too.
 fn sends_from_page_cache(
