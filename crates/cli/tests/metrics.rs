@@ -1,7 +1,8 @@
 //! Monitoring (issue 17) through the real binary: a real Prometheus (Debian's
 //! `prometheus`) scrapes a daemon's `/metrics` during a transfer, `promtool check
 //! metrics` passes on the text, the byte counters equal the summary's bytes; the
-//! endpoint's bad input; the summary's bottleneck on a rate-limited link (network) and
+//! endpoint's bad input; the bytes a daemon sends from the page cache; the summary's
+//! bottleneck on a rate-limited link (network) and
 //! with zstd on a fast path (the compress stage).
 
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
@@ -239,6 +240,49 @@ fn the_endpoint_wants_its_token_and_serves_nothing_else() {
     assert!(http_get(&metrics, "/", "Authorization: Bearer tok\r\n")
         .0
         .contains("404"));
+}
+
+/// A daemon that sends a large file's chunks from the page cache (a pull; the test hook
+/// turns it on toward loopback) counts those bytes in `sluice_sendfile_bytes_total`.
+#[test]
+fn a_daemon_counts_the_bytes_it_sends_from_the_page_cache() {
+    let (root, dst, etc) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let token = etc.path().join("t");
+    std::fs::write(&token, "tok\n").unwrap();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let d = Daemon::start_with(
+        root.path(),
+        &[
+            "--metrics",
+            &metrics,
+            "--metrics-token-file",
+            token.to_str().unwrap(),
+        ],
+        &[("SLUICE_SENDFILE_ON_LOOPBACK", "1")],
+    );
+    let size = (9 << 20) + 5;
+    write_file(&root.path().join("big.bin"), size, 3);
+    let back = dst.path().join("big.bin");
+    let out = cp(
+        &["--buffered", &d.url("big.bin"), back.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let sent_file = std::fs::read(root.path().join("big.bin")).unwrap();
+    assert!(
+        std::fs::read(&back).unwrap() == sent_file,
+        "the copy differs"
+    );
+    let (_, body) = http_get(&metrics, "/metrics", "Authorization: Bearer tok\r\n");
+    let sent = body
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_sendfile_bytes_total "))
+        .unwrap_or_else(|| panic!("no sluice_sendfile_bytes_total in:\n{body}"));
+    assert_eq!(sent.trim().parse::<f64>().unwrap(), size as f64, "{body}");
 }
 
 #[test]

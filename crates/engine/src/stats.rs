@@ -272,6 +272,7 @@ impl Stats {
     /// Payload bytes sent straight from the page cache (`sendfile`).
     pub fn add_sendfile(&self, bytes: u64) {
         self.sendfile_bytes.fetch_add(bytes, Ordering::Relaxed);
+        monitor::global().add_sendfile(bytes);
     }
 
     /// Counts a chunk sent again (source) or asked for again (sink).

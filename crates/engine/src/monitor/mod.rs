@@ -47,6 +47,7 @@ pub struct Monitor {
     payload_bytes: AtomicU64,
     wire_bytes: AtomicU64,
     chunks_resent: AtomicU64,
+    sendfile_bytes: AtomicU64,
     files_done: AtomicU64,
     files_failed: AtomicU64,
     sessions: AtomicU64,
@@ -60,6 +61,7 @@ static GLOBAL: LazyLock<Monitor> = LazyLock::new(|| Monitor {
     payload_bytes: AtomicU64::new(0),
     wire_bytes: AtomicU64::new(0),
     chunks_resent: AtomicU64::new(0),
+    sendfile_bytes: AtomicU64::new(0),
     files_done: AtomicU64::new(0),
     files_failed: AtomicU64::new(0),
     sessions: AtomicU64::new(0),
@@ -82,6 +84,8 @@ pub struct Totals {
     pub wire_bytes: u64,
     /// Chunks sent (or asked for) again.
     pub chunks_resent: u64,
+    /// Payload bytes sent straight from the page cache (`sendfile`).
+    pub sendfile_bytes: u64,
     /// Entries done.
     pub files_done: u64,
     /// Entries failed.
@@ -126,6 +130,11 @@ impl Monitor {
     }
 
     /// Counts a chunk sent (or asked for) again.
+    /// Counts payload bytes sent straight from the page cache.
+    pub(crate) fn add_sendfile(&self, bytes: u64) {
+        self.sendfile_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     pub(crate) fn chunk_resent(&self) {
         self.chunks_resent.fetch_add(1, Ordering::Relaxed);
     }
@@ -147,6 +156,7 @@ impl Monitor {
             payload_bytes: l(&self.payload_bytes),
             wire_bytes: l(&self.wire_bytes),
             chunks_resent: l(&self.chunks_resent),
+            sendfile_bytes: l(&self.sendfile_bytes),
             files_done: l(&self.files_done),
             files_failed: l(&self.files_failed),
             sessions: l(&self.sessions),

@@ -214,6 +214,13 @@ fn totals(e: &mut DescriptorEncoder) -> Result<(), Error> {
     )?;
     counters(
         e,
+        "sluice_sendfile_bytes",
+        "Payload bytes sent straight from the page cache (sendfile): large files, clear \
+         text, no compression, toward another host.",
+        one(t.sendfile_bytes),
+    )?;
+    counters(
+        e,
         "sluice_chunks_resent",
         "Chunks sent again (or asked for again) after a failed checksum.",
         one(t.chunks_resent),
@@ -416,6 +423,7 @@ mod tests {
         let text = render();
         for name in [
             "sluice_payload_bytes_total",
+            "sluice_sendfile_bytes_total",
             "sluice_sessions_active",
             "# TYPE sluice_stage_bytes counter",
             "sluice_node_cpu_seconds_total{node=",
