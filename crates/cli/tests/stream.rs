@@ -413,9 +413,11 @@ fn auto_on_a_stream_measures_on_the_receivers_acknowledgements_and_says_raw_on_l
     // Over loopback `auto` sends raw (the test knob keeps it measuring). With it, an
     // epoch (12 records) ends only once the receiver's acknowledgements of those
     // records reach the controller through the sender's control reader: its debug line
-    // proves the words arrive, and the stream still arrives whole.
+    // proves the words arrive, and the stream still arrives whole. 64 records: the first
+    // epoch's acknowledgements come back while most of the stream is still to be sent
+    // (with 16, a sender that finished first could end before reading them).
     let dir = tempfile::tempdir().expect("tempdir");
-    let input = data(3_000_017, true);
+    let input = data(12_000_017, true);
     let out = dir.path().join("auto");
     let (rx, addr) = receiver(&out, &[]);
     let log = ["--log", "sluice_engine::codec=debug"];
