@@ -17,7 +17,7 @@ mod controller;
 mod track;
 
 pub use controller::AutoController;
-pub use track::{Auto, ChunkKey, Departure, MAX_TRACKED};
+pub use track::{Auto, ChunkKey, Departure, MAX_EARLY, MAX_TRACKED};
 
 use std::fmt;
 

@@ -497,3 +497,39 @@ fn the_report_prints_as_the_engine_logged_it() {
         "auto: epoch 3 Zstd(1) ran at 123 MB/s; goodput raw/lz4/zstd [Some(100.0), None, Some(123.0)] MB/s, link share 0.50, ceilings [Some(1500.0), None] MB/s; next Lz4"
     );
 }
+
+#[test]
+fn an_acknowledgement_read_before_its_departure_was_recorded_counts_when_it_is() {
+    // A sending thread records a chunk once its write returns; a fast sink's word can
+    // be read first. Regression: it was dropped, and a short stream never ended its
+    // first epoch.
+    let mut a = acked_auto();
+    let mut reports = Vec::new();
+    for k in 0..EPOCH_CHUNKS {
+        let key = (1, u64::from(k));
+        let t = 0.01 * f64::from(k);
+        assert!(a.delivered(key, at(t), None).is_none(), "not counted yet");
+        let pick = a.controller_mut().pick();
+        reports.extend(a.sent(departure(key, pick.epoch, t + 0.001), None));
+    }
+    assert_eq!(a.in_flight(), 0, "each counted once, on its departure");
+    assert_eq!(a.controller().chunks, 0, "the epoch ended");
+    let report = reports.pop().expect("the epoch ends on its last chunk");
+    assert!(reports.is_empty());
+    assert_eq!((report.epoch, report.codec), (0, Codec::Raw));
+    // Only the latest MAX_EARLY words are kept: an older one is forgotten, and its
+    // chunk waits for a word that never comes.
+    for k in 0..MAX_EARLY as u64 + 1 {
+        a.delivered((2, k), at(1.0), None);
+    }
+    let pick = a.controller_mut().pick();
+    a.sent(departure((2, 0), pick.epoch, 1.1), None);
+    assert_eq!(a.in_flight(), 1, "forgotten");
+    a.sent(departure((2, 1), pick.epoch, 1.1), None);
+    assert_eq!(a.in_flight(), 1, "kept, and counted");
+    // A refused chunk's early word is dropped with it.
+    a.delivered((3, 0), at(1.2), None);
+    a.refused((3, 0));
+    a.sent(departure((3, 0), pick.epoch, 1.3), None);
+    assert_eq!(a.in_flight(), 2);
+}

@@ -4,7 +4,7 @@
 use super::{AutoController, CpuClock, EpochReport};
 use crate::time::Instant;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::time::Duration;
 
@@ -16,6 +16,12 @@ pub const MAX_TRACKED: usize = 1 << 16;
 /// Chunks the map has room for from the start (it grows up to [`MAX_TRACKED`] only on
 /// a path that holds more in flight).
 const TRACKED_AT_START: usize = 1024;
+
+/// Acknowledgements read before their chunk's departure was recorded, kept at most: a
+/// sending thread records a departure once its write returns, and a fast sink may
+/// answer sooner (a handful wait at once, one per sending thread); past it, the oldest
+/// are forgotten.
+pub const MAX_EARLY: usize = 64;
 
 /// A chunk as the sink names it in `ChunkAck`/`ChunkNack`: (file id, offset).
 pub type ChunkKey = (u64, u64);
@@ -54,6 +60,8 @@ pub struct Auto {
     acked: bool,
     /// Chunks sent and not yet acknowledged: key -> (epoch, original bytes).
     in_flight: HashMap<ChunkKey, (u64, u64), Fixed>,
+    /// Acknowledgements that came before their departure was recorded, and when.
+    early: VecDeque<(ChunkKey, Instant)>,
 }
 
 impl Auto {
@@ -70,6 +78,7 @@ impl Auto {
             ctl,
             acked: false,
             in_flight: HashMap::default(),
+            early: VecDeque::new(),
         }
     }
 
@@ -87,6 +96,7 @@ impl Auto {
     /// The sink acknowledges every chunk: measure goodput on delivery from now on.
     pub fn measure_on_ack(&mut self) {
         self.in_flight.reserve(TRACKED_AT_START);
+        self.early.reserve(MAX_EARLY);
         self.acked = true;
     }
 
@@ -120,9 +130,19 @@ impl Auto {
         let followed = self.acked && self.follow(key, epoch, payload);
         self.ctl.handed(epoch, blocked, at);
         if followed {
-            return None;
+            // Already acknowledged: delivered when its word was read.
+            return self
+                .take_early(key)
+                .and_then(|t| self.delivered(key, t, None));
         }
         self.ctl.sent(epoch, payload, at, cpu)
+    }
+
+    /// Removes and returns the time of an acknowledgement of `key` read before its
+    /// departure.
+    fn take_early(&mut self, key: ChunkKey) -> Option<Instant> {
+        let i = self.early.iter().position(|(k, _)| *k == key)?;
+        self.early.remove(i).map(|(_, t)| t)
     }
 
     fn follow(&mut self, key: ChunkKey, epoch: u64, payload: u64) -> bool {
@@ -145,13 +165,32 @@ impl Auto {
         at: Instant,
         cpu: Option<CpuClock>,
     ) -> Option<EpochReport> {
-        let (epoch, payload) = self.in_flight.remove(&key)?;
+        let Some((epoch, payload)) = self.in_flight.remove(&key) else {
+            self.note_early(key, at);
+            return None;
+        };
         self.ctl.sent(epoch, payload, at, cpu)
+    }
+
+    /// Keeps an acknowledgement of a chunk whose departure is not recorded yet (its
+    /// sending thread is still in its write), for [`Self::sent`] to count.
+    fn note_early(&mut self, key: ChunkKey, at: Instant) {
+        if !self.acked {
+            return;
+        }
+        if self.early.len() >= MAX_EARLY {
+            self.early.pop_front();
+        }
+        self.early.push_back((key, at));
+        debug_assert!(self.early.len() <= MAX_EARLY);
     }
 
     /// The sink refused the chunk `key` (it is sent again, as a new chunk).
     pub fn refused(&mut self, key: ChunkKey) {
         self.in_flight.remove(&key);
+        if let Some(i) = self.early.iter().position(|(k, _)| *k == key) {
+            self.early.remove(i);
+        }
     }
 
     /// Chunks followed and not yet acknowledged.
