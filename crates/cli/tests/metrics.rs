@@ -144,14 +144,7 @@ fn prometheus_scrapes_a_daemon_during_a_transfer_and_its_bytes_match_the_summary
         tempfile::tempdir().unwrap(),
     );
     let token = etc.path().join("metrics.token");
-    std::fs::write(&token, "scrape-secret\n").unwrap();
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let tok = token.to_str().unwrap();
-    let daemon = Daemon::start_with(
-        dst.path(),
-        &["--metrics", &metrics, "--metrics-token-file", tok],
-        &[],
-    );
+    let (daemon, metrics) = Daemon::with_metrics(dst.path(), &token, "scrape-secret", &[]);
     let prom = Prometheus::start(&metrics, &token);
     prom.wait_for("up", 1.0);
     let file = src.path().join("big.bin");
@@ -210,25 +203,10 @@ fn prometheus_scrapes_a_daemon_during_a_transfer_and_its_bytes_match_the_summary
     }
 }
 
-/// A daemon on `root` with `/metrics` on a free port behind the token `tok` (its file in
-/// `etc`), started with `env`; and the endpoint's address.
-fn metrics_daemon(root: &Path, etc: &Path, env: &[(&str, &str)]) -> (Daemon, String) {
-    let token = etc.join("t");
-    std::fs::write(&token, "tok\n").unwrap();
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let args = [
-        "--metrics",
-        &metrics,
-        "--metrics-token-file",
-        token.to_str().unwrap(),
-    ];
-    (Daemon::start_with(root, &args, env), metrics)
-}
-
 #[test]
 fn the_endpoint_wants_its_token_and_serves_nothing_else() {
     let (root, etc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (_d, metrics) = metrics_daemon(root.path(), etc.path(), &[]);
+    let (_d, metrics) = Daemon::with_metrics(root.path(), &etc.path().join("t"), "tok", &[]);
     assert!(http_get(&metrics, "/metrics", "").0.contains("401"));
     assert!(
         http_get(&metrics, "/metrics", "Authorization: Bearer tokx\r\n")
@@ -254,11 +232,8 @@ fn a_daemon_counts_the_bytes_it_sends_from_the_page_cache() {
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
     );
-    let (d, metrics) = metrics_daemon(
-        root.path(),
-        etc.path(),
-        &[("SLUICE_SENDFILE_ON_LOOPBACK", "1")],
-    );
+    let hook = [("SLUICE_SENDFILE_ON_LOOPBACK", "1")];
+    let (d, metrics) = Daemon::with_metrics(root.path(), &etc.path().join("t"), "tok", &hook);
     let size = (9 << 20) + 5;
     write_file(&root.path().join("big.bin"), size, 3);
     let back = dst.path().join("big.bin");

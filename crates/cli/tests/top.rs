@@ -15,14 +15,8 @@ fn once_prints_a_frame_of_a_daemon_that_received_a_file() {
         tempfile::tempdir().unwrap(),
     );
     let token = etc.path().join("t");
-    std::fs::write(&token, "top-secret\n").unwrap();
-    let metrics = format!("127.0.0.1:{}", free_port());
+    let (d, metrics) = Daemon::with_metrics(dst.path(), &token, "top-secret", &[]);
     let tok = token.to_str().unwrap();
-    let d = Daemon::start_with(
-        dst.path(),
-        &["--metrics", &metrics, "--metrics-token-file", tok],
-        &[],
-    );
     let file = src.path().join("f.bin");
     std::fs::write(&file, vec![7u8; 8 << 20]).unwrap();
     let out = cp(&[file.to_str().unwrap(), &d.url("f.bin")], None);

@@ -91,6 +91,22 @@ impl Daemon {
         Daemon::start_with(root, &[], &[])
     }
 
+    /// [`Daemon::start`] with `/metrics` on a free loopback port behind the token
+    /// `secret`, written to `token` (`--metrics-token-file`), and `env` for its
+    /// environment; with the endpoint's address.
+    pub fn with_metrics(
+        root: &Path,
+        token: &Path,
+        secret: &str,
+        env: &[(&str, &str)],
+    ) -> (Daemon, String) {
+        std::fs::write(token, format!("{secret}\n")).expect("a token file");
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let tok = token.to_str().expect("a UTF-8 path");
+        let args = ["--metrics", &metrics, "--metrics-token-file", tok];
+        (Daemon::start_with(root, &args, env), metrics)
+    }
+
     /// [`Daemon::start`] with `extra` arguments for `sluice serve` (they may set their own
     /// `--listen`, `--buffer-mem` or `--chunk-size`) and `env` for its environment.
     pub fn start_with(root: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {

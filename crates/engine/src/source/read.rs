@@ -135,7 +135,6 @@ fn read_chunk(
     failures: Failures<'_>,
 ) -> Option<Readout> {
     let len = chunk_len as usize;
-    let in_place = open.scratch.is_some();
     let result = open
         .get(file)
         .map_err(|e| e.to_string())
@@ -150,7 +149,6 @@ fn read_chunk(
         });
     match result {
         Ok((f, Some(checksum))) => {
-            debug_assert!(in_place, "checksummed in place only with a scratch");
             open.prefetch(file.size, offset, chunk_len);
             slot.set_filled(0);
             let last = offset + u64::from(chunk_len) >= file.size;

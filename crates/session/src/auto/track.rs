@@ -188,9 +188,7 @@ impl Auto {
     /// The sink refused the chunk `key` (it is sent again, as a new chunk).
     pub fn refused(&mut self, key: ChunkKey) {
         self.in_flight.remove(&key);
-        if let Some(i) = self.early.iter().position(|(k, _)| *k == key) {
-            self.early.remove(i);
-        }
+        self.take_early(key);
     }
 
     /// Chunks followed and not yet acknowledged.
