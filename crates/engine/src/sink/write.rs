@@ -218,7 +218,8 @@ fn write_failed(shared: &Shared, e: &Entry, err: FsError, chunk: Pending) {
 }
 
 /// With `--direct`, makes `file` write its aligned blocks with `O_DIRECT` (one warning
-/// per process where the file system refuses it).
+/// per process where the file system refuses it; a file in memory is written through
+/// the page cache, see [`SinkFile::use_direct`]).
 pub(super) fn direct_writes(shared: &Shared, file: &mut SinkFile) {
     static REFUSED: std::sync::Once = std::sync::Once::new();
     if !shared.opts.direct {

@@ -49,7 +49,7 @@ impl OpenFile {
         let current = match self.current.take() {
             Some(c) if c.0 == file.id => c,
             _ => {
-                let (f, direct) = open_chunk_file(file, self.direct, self.scratch.is_some())?;
+                let (f, direct) = open_chunk_file(file, self.direct)?;
                 (file.id, Arc::new(f), direct)
             }
         };
@@ -210,18 +210,14 @@ pub(super) fn chunk_header(file: &SrcFile, offset: u64, slot: &Slot) -> ChunkHea
 
 /// Opens a large file's chunk source: with `O_DIRECT` when asked and supported (one
 /// warning per process when the file system refuses it), else through the page cache.
-/// `in_place` (its chunks may be sent from the page cache): a file in memory (tmpfs,
-/// which takes `O_DIRECT` since Linux 6.6 and copies all the same) is read through the
-/// page cache, so it can be.
-fn open_chunk_file(
-    file: &SrcFile,
-    direct: bool,
-    in_place: bool,
-) -> Result<(File, bool), crate::fs::FsError> {
+/// A file in memory (tmpfs, which takes `O_DIRECT` since Linux 6.6 and copies all the
+/// same) is read through the page cache: synchronous reads, no ring, fewer slots in
+/// flight, and its chunks can be sent from there.
+fn open_chunk_file(file: &SrcFile, direct: bool) -> Result<(File, bool), crate::fs::FsError> {
     static NO_DIRECT: std::sync::Once = std::sync::Once::new();
     if direct {
         match file.root.open_read_direct(&file.src_path) {
-            Ok(f) if in_place && crate::fs::memory_fs(&f).is_some() => {}
+            Ok(f) if crate::fs::memory_fs(&f).is_some() => {}
             Ok(f) => return Ok((f, true)),
             Err(e) if e.io_error().and_then(std::io::Error::raw_os_error) == Some(libc::EINVAL) => {
                 NO_DIRECT.call_once(|| {
@@ -331,6 +327,31 @@ mod tests {
             Failures { to_master: &tx },
         );
         (got, slot.filled_bytes().to_vec(), rx.try_iter().collect())
+    }
+
+    /// Asked for `O_DIRECT`, a file in memory is read through the page cache (tmpfs
+    /// copies either way); one on a disk's file system that takes `O_DIRECT` is not.
+    #[test]
+    fn a_file_in_memory_is_read_through_the_page_cache_even_when_direct_is_asked() {
+        let shm = std::path::Path::new("/dev/shm");
+        if !shm.is_dir() {
+            crate::testing::skip("no /dev/shm (tmpfs) on this machine", false);
+            return;
+        }
+        let in_memory = tempfile::tempdir_in(shm).expect("a dir in /dev/shm");
+        let (file, _) = scanned(in_memory.path(), 8192, 8192);
+        let (_, direct) = open_chunk_file(&file, true).expect("open");
+        assert!(!direct, "tmpfs: through the page cache");
+        let on_disk = tempfile::tempdir().expect("tempdir");
+        let (file, _) = scanned(on_disk.path(), 8192, 8192);
+        let disk_takes_direct = file.root.open_read_direct(&file.src_path).is_ok();
+        let memory = crate::fs::memory_fs(&std::fs::File::open(on_disk.path()).expect("dir"));
+        if disk_takes_direct && memory.is_none() {
+            let (_, direct) = open_chunk_file(&file, true).expect("open");
+            assert!(direct, "a disk that takes O_DIRECT is read with it");
+        } else {
+            crate::testing::skip("the temp dir is in memory or refuses O_DIRECT here", true);
+        }
     }
 
     #[test]

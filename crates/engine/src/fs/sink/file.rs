@@ -172,12 +172,18 @@ impl SinkFile {
 
     /// From now on, writes whole aligned blocks with `O_DIRECT`: DMA from the caller's
     /// buffer to the device, no copy into the page cache and no write-back later (what
-    /// is left unaligned, a file's tail, still goes through the page cache).
+    /// is left unaligned, a file's tail, still goes through the page cache). Returns
+    /// whether it does: not for a file in memory (tmpfs, which takes `O_DIRECT` since
+    /// Linux 6.6 and copies such a write as it does any other; there is no device to
+    /// bypass the page cache to).
     ///
     /// # Errors
     /// The file system refuses `O_DIRECT` (`EINVAL`) or the partial cannot be reopened;
     /// writes then keep going through the page cache.
-    pub fn use_direct(&mut self) -> std::io::Result<()> {
+    pub fn use_direct(&mut self) -> std::io::Result<bool> {
+        if super::super::memory_fs(&self.file).is_some() {
+            return Ok(false);
+        }
         let mut o = open_opts(false, true);
         OpenOptionsExt::custom_flags(&mut o, libc::O_DIRECT);
         let f = self.dir.open_with(&self.tmp, &o)?.into_std();
@@ -188,7 +194,7 @@ impl SinkFile {
             return Err(std::io::Error::other("the partial was replaced"));
         }
         self.direct = Some(f);
-        Ok(())
+        Ok(true)
     }
 
     /// Writes `data` at `offset` (`pwrite`, looping until all is written). Takes `&self`:

@@ -75,14 +75,21 @@ fn direct_writes_bypass_the_page_cache_and_keep_every_byte() {
     };
     let p = rel("direct.bin");
     let (mut f, _) = SinkFile::create(&root, &p, inc, ResumeMode::Fresh, Clobber::Replace).unwrap();
-    if let Err(e) = f.use_direct() {
-        // The test's file system refuses O_DIRECT: nothing to prove here.
-        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
-        crate::testing::skip(
-            &format!("O_DIRECT refused under {}", root.path().display()),
-            false,
-        );
-        return;
+    match f.use_direct() {
+        Ok(true) => {}
+        Ok(false) => {
+            crate::testing::skip(&format!("{} is in memory", root.path().display()), false);
+            return;
+        }
+        Err(e) => {
+            // The test's file system refuses O_DIRECT: nothing to prove here.
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+            crate::testing::skip(
+                &format!("O_DIRECT refused under {}", root.path().display()),
+                false,
+            );
+            return;
+        }
     }
     // Chunks 0 and 3 (with the tail) from the aligned buffer; chunk 1 from an
     // unaligned copy (the page cache takes it); chunk 2 aligned again.
@@ -101,6 +108,41 @@ fn direct_writes_bypass_the_page_cache_and_keep_every_byte() {
     assert_eq!(cached_pages(f.file(), 2 * CB as usize..3 * CB as usize), 0);
     f.finish(0o644, 5, false).unwrap();
     assert_eq!(std::fs::read(root.path().join("direct.bin")).unwrap(), d);
+}
+
+/// A partial in memory (tmpfs) is written through the page cache even where `O_DIRECT`
+/// is asked for: tmpfs copies an `O_DIRECT` write all the same.
+#[test]
+fn a_partial_in_memory_is_written_through_the_page_cache() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        crate::testing::skip("no /dev/shm (tmpfs) on this machine", false);
+        return;
+    }
+    let t = tempfile::tempdir_in(shm).unwrap();
+    let root = Root::open(t.path()).unwrap();
+    let n = 2 * CB as usize;
+    let mut buf = vec![0u8; n + DIRECT_ALIGN];
+    let at = buf.as_ptr().align_offset(DIRECT_ALIGN);
+    let d = &mut buf[at..at + n];
+    d.copy_from_slice(&data(n));
+    let inc = Incoming {
+        size: n as u64,
+        mtime_ns: 5,
+        chunk_bytes: CB,
+    };
+    let p = rel("memory.bin");
+    let (mut f, _) = SinkFile::create(&root, &p, inc, ResumeMode::Fresh, Clobber::Replace).unwrap();
+    assert!(!f.use_direct().unwrap(), "in memory: not with O_DIRECT");
+    write_chunks(&f, d, &[0, 1]);
+    let pages = n / 4096;
+    assert_eq!(
+        cached_pages(f.file(), 0..n),
+        pages,
+        "every page in the page cache"
+    );
+    f.finish(0o644, 5, false).unwrap();
+    assert_eq!(std::fs::read(t.path().join("memory.bin")).unwrap(), d);
 }
 
 #[test]
