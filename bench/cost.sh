@@ -18,6 +18,11 @@
 #             small files it takes minutes a run
 # SERVE_ARGS / CP_ARGS (environment): extra flags for every `sluice serve` / `sluice cp`
 #
+# With one large file and no small ones, the tool `tcp-copy` runs too: the plainest copy
+# through TCP (bench/lib/tcp_copy.py: `sendfile` into one loopback connection, `splice`
+# into the file by one thread, no checksum, no framing), reported beside each sluice. A
+# reference, not a bound: where writing into fresh pages dominates, it is one writer.
+#
 # Prints one line per run and the medians: wall seconds, CPU seconds of the client, the
 # daemon during the transfer (its process's CPU read from /proc once it listens and
 # again at the end) and the system's softirq time (which carries loopback TCP;
@@ -29,6 +34,7 @@
 # run with default flags, as a new user would.
 set -euo pipefail
 
+HERE=$(cd "$(dirname "$0")" && pwd)
 FILES=20000 BIG=0 REPS=3 DIR=/tmp/sluice-cost GRIDFTP=0 WARM=1
 BINS=()
 while [ $# -gt 0 ]; do
@@ -39,7 +45,7 @@ while [ $# -gt 0 ]; do
         --dir) DIR=$2; shift 2 ;;
         --gridftp) GRIDFTP=1; shift ;;
         --cold) WARM=0; shift ;;
-        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
         *) BINS+=("$(realpath "$1")"); shift ;;
     esac
 done
@@ -126,6 +132,8 @@ run_one() {
         cp-a) /usr/bin/time -o "$tf" -f '%U %S %M' cp -a "$DIR/src/." "$dst/" ;;
         gridftp) /usr/bin/time -o "$tf" -f '%U %S %M' globus-url-copy -fast -p 4 -cc 4 -r -cd \
             "file://$DIR/src/" "ftp://127.0.0.1:$port$dst/" >/dev/null 2>&1 ;;
+        tcp-copy) /usr/bin/time -o "$tf" -f '%U %S %M' python3 "$HERE/lib/tcp_copy.py" \
+            "$DIR/src/big" "$dst/big" ;;
     esac
     out=$(tail -1 "$tf")
     t1=$(date +%s.%N); s1=$(softirq)
@@ -147,6 +155,7 @@ TOOLS=()
 for i in "${!BINS[@]}"; do TOOLS+=("sluice:$i"); done
 TOOLS+=(tar-tar cp-a)
 [ "$GRIDFTP" = 1 ] && TOOLS+=(gridftp)
+[ "$FILES" = 0 ] && [ "$BIG" -gt 0 ] && TOOLS+=(tcp-copy)
 echo "# $FILES files + ${BIG} GiB, $BYTES bytes, tmpfs to tmpfs (plain directories), $REPS interleaved reps, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg), $([ "$WARM" = 1 ] && echo warmed || echo cold) tmpfs"
 echo "# tool rep wall_s client_cpu_s daemon_cpu_s softirq_s daemon_startup_cpu_s client_rss_mib daemon_rss_mib"
 NT=${#TOOLS[@]}
@@ -180,3 +189,9 @@ awk -v cores="$(nproc)" '
     END { if (!("tar-tar" in wall)) exit
           for (n in wall) if (n ~ /^sluice/ && wall[n] > 0 && cpu[n] > 0)
               printf "# %s / tar-tar: %.2fx; bound on %d cores by its CPU: %.2fx\n", n, wall["tar-tar"] / wall[n], cores, cores * wall["tar-tar"] / cpu[n] }' "$DIR/medians" | sort
+# Each sluice against the plainest copy through TCP (tcp-copy), where it ran.
+awk '
+    { wall[$1] = $2; cpu[$1] = $3 }
+    END { if (!("tcp-copy" in wall)) exit
+          for (n in wall) if (n ~ /^sluice/ && wall[n] > 0)
+              printf "# %s / tcp-copy (the plainest TCP copy): %.2fx its speed, %.2fx its CPU seconds\n", n, wall["tcp-copy"] / wall[n], cpu[n] / cpu["tcp-copy"] }' "$DIR/medians" | sort

@@ -1,4 +1,4 @@
-# The floor of a copy over TCP on this machine (bench/runs/2026-11-29-vm-splice/README.md):
+# The plainest copy over TCP on this machine (bench/runs/2026-11-29-vm-splice/README.md):
 # one file sent over one connection and written at the other end, no checksum, no
 # framing. Modes: client send (pread into a buffer, send) or sendfile; server recv
 # (recv into a buffer, pwrite) or splice (socket -> pipe -> file).
