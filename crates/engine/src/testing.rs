@@ -13,6 +13,17 @@ pub(crate) fn skip(reason: &str, allowed_in_ci: bool) {
     );
 }
 
+/// A fresh temp dir in memory (under `/dev/shm`, tmpfs), or `None` (said loudly, and
+/// a failure where `CI` is set) on a machine without one.
+pub(crate) fn in_memory_dir() -> Option<tempfile::TempDir> {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        skip("no /dev/shm (tmpfs) on this machine", false);
+        return None;
+    }
+    Some(tempfile::tempdir_in(shm).expect("a dir in /dev/shm"))
+}
+
 /// A connected pair of loopback TCP sockets (client, server).
 pub(crate) fn tcp_pair() -> (std::net::TcpStream, std::net::TcpStream) {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback listener");

@@ -333,12 +333,9 @@ mod tests {
     /// copies either way); one on a disk's file system that takes `O_DIRECT` is not.
     #[test]
     fn a_file_in_memory_is_read_through_the_page_cache_even_when_direct_is_asked() {
-        let shm = std::path::Path::new("/dev/shm");
-        if !shm.is_dir() {
-            crate::testing::skip("no /dev/shm (tmpfs) on this machine", false);
+        let Some(in_memory) = crate::testing::in_memory_dir() else {
             return;
-        }
-        let in_memory = tempfile::tempdir_in(shm).expect("a dir in /dev/shm");
+        };
         let (file, _) = scanned(in_memory.path(), 8192, 8192);
         let (_, direct) = open_chunk_file(&file, true).expect("open");
         assert!(!direct, "tmpfs: through the page cache");

@@ -9,6 +9,7 @@ use crate::fs::partial_log::{HEADER_BYTES, RECORD_BYTES};
 use file::DIRECT_ALIGN;
 use sluice_wire::chunk_range;
 use std::fs::File;
+use std::ops::Range;
 use std::os::unix::fs::PermissionsExt;
 
 fn rel(s: &str) -> RelPath {
@@ -34,6 +35,22 @@ fn write_chunks(f: &SinkFile, d: &[u8], which: &[u64]) {
         f.write_at(off, bytes).unwrap();
         f.record_chunk(i, chunk_checksum(bytes)).unwrap();
     }
+}
+
+/// `n` bytes of [`data`] at a page-aligned range of a buffer (as pool slots are), and a
+/// fresh partial of `name` under `root` to receive them.
+fn aligned_partial(root: &Root, name: &str, n: usize) -> (Vec<u8>, Range<usize>, SinkFile) {
+    let mut buf = vec![0u8; n + DIRECT_ALIGN];
+    let at = buf.as_ptr().align_offset(DIRECT_ALIGN);
+    buf[at..at + n].copy_from_slice(&data(n));
+    let inc = Incoming {
+        size: n as u64,
+        mtime_ns: 5,
+        chunk_bytes: CB,
+    };
+    let p = rel(name);
+    let (f, _) = SinkFile::create(root, &p, inc, ResumeMode::Fresh, Clobber::Replace).unwrap();
+    (buf, at..at + n, f)
 }
 
 /// How many of the pages of `f` in `range` are in the page cache (`mincore`).
@@ -63,18 +80,8 @@ fn cached_pages(f: &File, range: std::ops::Range<usize>) -> usize {
 fn direct_writes_bypass_the_page_cache_and_keep_every_byte() {
     let (_t, root) = root();
     // 3 chunks and an unaligned tail, in a page-aligned buffer (as pool slots are).
-    let n = 3 * CB as usize + 1000;
-    let mut buf = vec![0u8; n + DIRECT_ALIGN];
-    let at = buf.as_ptr().align_offset(DIRECT_ALIGN);
-    let d = &mut buf[at..at + n];
-    d.copy_from_slice(&data(n));
-    let inc = Incoming {
-        size: n as u64,
-        mtime_ns: 5,
-        chunk_bytes: CB,
-    };
-    let p = rel("direct.bin");
-    let (mut f, _) = SinkFile::create(&root, &p, inc, ResumeMode::Fresh, Clobber::Replace).unwrap();
+    let (buf, at, mut f) = aligned_partial(&root, "direct.bin", 3 * CB as usize + 1000);
+    let d = &buf[at];
     match f.use_direct() {
         Ok(true) => {}
         Ok(false) => {
@@ -114,25 +121,13 @@ fn direct_writes_bypass_the_page_cache_and_keep_every_byte() {
 /// is asked for: tmpfs copies an `O_DIRECT` write all the same.
 #[test]
 fn a_partial_in_memory_is_written_through_the_page_cache() {
-    let shm = std::path::Path::new("/dev/shm");
-    if !shm.is_dir() {
-        crate::testing::skip("no /dev/shm (tmpfs) on this machine", false);
+    let Some(t) = crate::testing::in_memory_dir() else {
         return;
-    }
-    let t = tempfile::tempdir_in(shm).unwrap();
+    };
     let root = Root::open(t.path()).unwrap();
     let n = 2 * CB as usize;
-    let mut buf = vec![0u8; n + DIRECT_ALIGN];
-    let at = buf.as_ptr().align_offset(DIRECT_ALIGN);
-    let d = &mut buf[at..at + n];
-    d.copy_from_slice(&data(n));
-    let inc = Incoming {
-        size: n as u64,
-        mtime_ns: 5,
-        chunk_bytes: CB,
-    };
-    let p = rel("memory.bin");
-    let (mut f, _) = SinkFile::create(&root, &p, inc, ResumeMode::Fresh, Clobber::Replace).unwrap();
+    let (buf, at, mut f) = aligned_partial(&root, "memory.bin", n);
+    let d = &buf[at];
     assert!(!f.use_direct().unwrap(), "in memory: not with O_DIRECT");
     write_chunks(&f, d, &[0, 1]);
     let pages = n / 4096;
