@@ -22,6 +22,9 @@
 # through TCP (bench/lib/tcp_copy.py: `sendfile` into one loopback connection, `splice`
 # into the file by one thread, no checksum, no framing), reported beside each sluice. A
 # reference, not a bound: where writing into fresh pages dominates, it is one writer.
+# Its CPU seconds are one, though: the last lines say how fast, against GridFTP and
+# `cp -a`, any copy through TCP could be on this machine's cores, and how little CPU
+# per GB it could spend against GridFTP's.
 #
 # Prints one line per run and the medians: wall seconds, CPU seconds of the client, the
 # daemon during the transfer (its process's CPU read from /proc once it listens and
@@ -45,7 +48,7 @@ while [ $# -gt 0 ]; do
         --dir) DIR=$2; shift 2 ;;
         --gridftp) GRIDFTP=1; shift ;;
         --cold) WARM=0; shift ;;
-        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
         *) BINS+=("$(realpath "$1")"); shift ;;
     esac
 done
@@ -195,3 +198,11 @@ awk '
     END { if (!("tcp-copy" in wall)) exit
           for (n in wall) if (n ~ /^sluice/ && wall[n] > 0)
               printf "# %s / tcp-copy (the plainest TCP copy): %.2fx its speed, %.2fx its CPU seconds\n", n, wall["tcp-copy"] / wall[n], cpu[n] / cpu["tcp-copy"] }' "$DIR/medians" | sort
+# What any copy through TCP could reach here at best: no copy through a socket spends
+# less CPU than tcp-copy (two kernel copies, no checksum), so none runs faster than its
+# CPU seconds over the cores, nor spends less CPU per GB than it does.
+awk -v cores="$(nproc)" '
+    { wall[$1] = $2; cpu[$1] = $3 }
+    END { if (!("tcp-copy" in wall) || cpu["tcp-copy"] <= 0) exit
+          for (n in wall) if (n == "gridftp" || n == "cp-a")
+              printf "# any TCP copy on %d cores / %s: at most %.2fx its speed (cores x its wall / tcp-copy CPU seconds)%s\n", cores, n, cores * wall[n] / cpu["tcp-copy"], (n == "gridftp" && cpu[n] > 0) ? sprintf("; at least %.2fx its CPU seconds", cpu["tcp-copy"] / cpu[n]) : "" }' "$DIR/medians" | sort
