@@ -1335,6 +1335,74 @@ fn regression_a_file_the_source_cannot_read_fails_and_the_session_ends() {
     }
 }
 
+/// A chunk that does not fit its file as the manifest announced it, its bytes and
+/// checksum intact (a faulty peer: a piece's `LAST` flag flipped; one byte of length
+/// moved between a pack's first two segments), fails that file with `BadFrame` and is
+/// never written; the other files arrive, on push and on pull, and the daemon keeps
+/// serving. Before, the sink wrote it: of the pack, one small file came out a byte
+/// short and the next a byte long, both reported done.
+#[test]
+fn a_chunk_that_misfits_its_file_fails_it_and_is_never_written() {
+    const MISFIT: &str = "SLUICE_FAULT_MISFIT_CHUNK";
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("root");
+    let big = root.join("big");
+    write(&big.join("big.bin"), &bytes(75, CHUNK + 7));
+    let small = root.join("small");
+    for i in 0..40 {
+        write(
+            &small.join(format!("f{i:02}")),
+            &bytes(76 + i, 100 + i as usize),
+        );
+    }
+    // What arrived of `src` in `dst`: the files missing, after checking the others.
+    let missing = |src: &Path, dst: &Path| -> usize {
+        let mut gone = 0;
+        for e in std::fs::read_dir(src).unwrap() {
+            let name = e.unwrap().file_name();
+            match dst.join(&name).exists() {
+                true => assert_same_file(&src.join(&name), &dst.join(&name)),
+                false => gone += 1,
+            }
+        }
+        gone
+    };
+    let d = Daemon::start(&root);
+    for (src, failed) in [(&big, 1), (&small, 2)] {
+        let to = format!("push-{}/", src.file_name().unwrap().to_str().unwrap());
+        let out = cp_env(&["-r", "--json", s(src), &d.url(&to)], &[(MISFIT, "1")]);
+        let v = out.code(1).json();
+        assert_eq!(v["files_failed"], failed, "{}: {v}", s(src));
+        let why = if failed == 1 {
+            "does not fit the file"
+        } else {
+            "a packed segment of"
+        };
+        let failures = v["failures"].as_array().expect("failures");
+        assert_eq!(failures.len(), failed, "{v}");
+        for f in failures {
+            let error = f["error"].as_str().unwrap();
+            assert!(error.contains(why) && !error.contains(s(&root)), "{f}");
+        }
+        let dst = root.join(&to).join(src.file_name().unwrap());
+        assert_eq!(missing(src, &dst), failed, "{}", s(src));
+    }
+    // The daemon is the source on a pull.
+    let d2 = Daemon::start_with(&root, &[], &[(MISFIT, "1")]);
+    let pulled = t.path().join("pulled");
+    let v = cp(&["-r", "--json", &d2.url("small"), s(&pulled)])
+        .code(1)
+        .json();
+    assert_eq!(v["files_failed"], 2, "{v}");
+    assert_eq!(missing(&small, &pulled), 2);
+    // Nothing stuck: the same daemon serves a clean copy of both.
+    for src in [&big, &small] {
+        let to = format!("clean-{}/", src.file_name().unwrap().to_str().unwrap());
+        cp(&["-r", s(src), &d.url(&to)]).ok();
+        assert_same_tree(src, &root.join(&to).join(src.file_name().unwrap()));
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Compression on the wire
 // ---------------------------------------------------------------------------------------

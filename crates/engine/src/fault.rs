@@ -1,7 +1,7 @@
 //! Fault injection for the integration tests of the retry paths, compiled only with the
 //! `fault-injection` cargo feature (the cli's tests enable it through a dev-dependency;
-//! `cargo build --release` does not). Without the feature both functions are inline
-//! no-ops and the environment variable below is never read.
+//! `cargo build --release` does not). Without the feature every function is an inline
+//! no-op and the environment variables below are never read.
 //!
 //! With it, `SLUICE_FAULT_CORRUPT_CHUNK=N` (read once per process) corrupts the N-th chunk
 //! (1-based) this process sends, after its checksum was computed, so that the receiver
@@ -15,6 +15,15 @@
 //! `SLUICE_FAULT_HOLD_AT_END=1` makes a client stop for good once its session ended,
 //! before it closes anything, as a client that hangs at its very end would (the
 //! daemon's end of a control connection whose client never closes it).
+//! `SLUICE_FAULT_MISFIT_CHUNK=N` makes the N-th chunk (1-based) this process sends, or
+//! the first after it that can be, misfit its files as the manifest announced them,
+//! its bytes and checksum intact, as a faulty peer's would: a piece of a large file has
+//! its `LAST` flag flipped; a pack of two or more files has one byte of length moved
+//! between its first two segments (the sink's geometry checks).
+
+#[cfg(feature = "fault-injection")]
+use sluice_wire::ChunkFlags;
+use sluice_wire::{ChunkHeader, Segment};
 
 #[cfg(feature = "fault-injection")]
 mod injected {
@@ -88,6 +97,47 @@ pub(crate) fn send_parts_maybe_corrupted<T>(
     result
 }
 
+/// Makes `header` (and its `segments`) misfit its files if it is the chosen chunk
+/// (`SLUICE_FAULT_MISFIT_CHUNK`: the N-th sent, or the first after it that can be made
+/// to misfit): `LAST` flipped on a piece of a large file, one byte of length moved
+/// between a pack's first two segments (a pack of one file waits for the next).
+#[cfg(feature = "fault-injection")]
+pub(crate) fn misfit_if_chosen(header: &mut ChunkHeader, segments: &mut [Segment]) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    static CHOSEN: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    static SENT: AtomicU64 = AtomicU64::new(0);
+    static DONE: AtomicBool = AtomicBool::new(false);
+    let chosen = CHOSEN.get_or_init(|| {
+        std::env::var("SLUICE_FAULT_MISFIT_CHUNK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    });
+    let Some(n) = *chosen else { return };
+    let count = SENT.fetch_add(1, Ordering::Relaxed) + 1;
+    let shiftable = match segments {
+        [first, second, ..] => first.len > 1 || second.len > 1,
+        _ => false,
+    };
+    if count < n || (header.is_packed() && !shiftable) || DONE.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    tracing::warn!("SLUICE_FAULT_MISFIT_CHUNK: chunk {count} misfits its file (test only)");
+    if !header.is_packed() {
+        let last = header.is_last();
+        header.flags.set(ChunkFlags::LAST, !last);
+        return;
+    }
+    if let [first, second, ..] = segments {
+        let (from, to) = if first.len > 1 {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        from.len -= 1;
+        to.len += 1;
+    }
+}
+
 /// The error an open for reading of a file named `name` fails with, if it is the
 /// chosen one (`SLUICE_FAULT_READ_FAIL`).
 #[cfg(feature = "fault-injection")]
@@ -157,6 +207,13 @@ pub(crate) fn read_error(name: &str) -> Option<std::io::Error> {
 #[inline]
 pub(crate) fn corrupt_if_chosen(payload: &mut [u8]) {
     let _ = payload;
+}
+
+/// Without `fault-injection`: leaves the chunk as it is.
+#[cfg(not(feature = "fault-injection"))]
+#[inline]
+pub(crate) fn misfit_if_chosen(header: &mut ChunkHeader, segments: &mut [Segment]) {
+    let _ = (header, segments);
 }
 
 /// Without `fault-injection`: leaves `checksum` as it is.

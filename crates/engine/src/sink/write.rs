@@ -13,7 +13,7 @@ use crate::runtime::{Queues, Runtime};
 use crossbeam_channel::bounded;
 use sluice_buffers::Slot;
 use sluice_placement::Role;
-use sluice_session::sink::{FileError, Next, Offer};
+use sluice_session::sink::{check_piece, check_segment, FileError, Next, Offer};
 use sluice_wire::{chunk_checksum, ChunkHeader, FileDigest, Segment};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -90,6 +90,10 @@ fn write_packed(shared: &Shared, header: &ChunkHeader, segments: &[Segment], slo
                     continue;
                 }
             };
+            if let Err(err) = check_segment(seg, e.entry.size, e.dest.as_str()) {
+                ended.push((e, Err(err)));
+                continue;
+            }
             let digest = FileDigest::of_ordered(&[chunk_checksum(bytes)]);
             let meta = (e.entry.mode, e.entry.mtime_ns);
             let result = writer.write(&e.dest, bytes, meta, shared.opts.fsync, shared.clobber());
@@ -120,6 +124,10 @@ fn write_large(shared: &Shared, header: ChunkHeader, slot: Slot) {
             return;
         }
     };
+    if let Err(err) = check_piece(&header, shared.chunk_bytes, e.entry.size, e.dest.as_str()) {
+        misfit(shared, &e, err, (header, slot));
+        return;
+    }
     let Some((file, first)) = become_writer(shared, &e, (header, slot)) else {
         return;
     };
@@ -215,6 +223,21 @@ fn write_failed(shared: &Shared, e: &Entry, err: FsError, chunk: Pending) {
         finish_entry(shared, &e.entry, Err(err.into()));
     }
     ack_all(shared, std::iter::once(chunk).chain(dropped));
+}
+
+/// A chunk that does not fit its file as announced: the file ends (a writer busy with
+/// it stops after its chunk; the partial stays for resume) and is reported once; the
+/// chunk is dropped and acknowledged.
+fn misfit(shared: &Shared, e: &Entry, err: FileError, chunk: Pending) {
+    let first = {
+        let mut st = lock(&e.state);
+        st.file = None;
+        st.chunks.end()
+    };
+    if first {
+        finish_entry(shared, &e.entry, Err(err));
+    }
+    ack_all(shared, [chunk]);
 }
 
 /// With `--direct`, makes `file` write its aligned blocks with `O_DIRECT` (one warning

@@ -333,6 +333,7 @@ impl Dispatch {
             let filled = out.slot.filled();
             crate::fault::corrupt_if_chosen(&mut out.slot[..filled]);
         }
+        crate::fault::misfit_if_chosen(&mut out.header, &mut out.segments);
         self.stats
             .add_payload(self.channel, u64::from(out.header.raw_len));
         let payload = out.header.raw_len as usize;

@@ -16,11 +16,14 @@
 //! * [`FileChunks`] (under each file's mutex): which chunks are written, the digest,
 //!   completion, and the one-writer-per-file rule.
 //! * [`ack`], [`nacks`], [`ended_frame`]: the frames a chunk or a file's end produces.
+//! * [`check_piece`], [`check_segment`]: whether a verified chunk fits its file as
+//!   announced (one that does not ends the file with `BadFrame`).
 //!
 //! One chunk, as the engine carries it: it is received and decoded; a chunk that does
 //! not decode or verify is answered with [`nacks`] (the source sends it again) and never
 //! written. Otherwise its file is looked up in the [`FileTable`]; `Gone` drops it (and
-//! [`ack`]s it). [`FileChunks::offer`] makes this thread the file's writer or leaves the
+//! [`ack`]s it); one that does not fit the file ([`check_piece`]) ends it.
+//! [`FileChunks::offer`] makes this thread the file's writer or leaves the
 //! chunk to the writer there is; the writer writes (skipping a chunk
 //! [`FileChunks::is_held`]), [`ack`]s, and reports [`FileChunks::written`], which hands
 //! it the next chunk or says the file is complete (verify, rename, [`ended_frame`]).
@@ -123,6 +126,50 @@ pub fn ended_frame(
         }),
         Err(e) => Frame::FileFailed(FileFailed::new(file_id, e.code, redact(&e.message))),
     }
+}
+
+/// Whether a piece of a large file fits the file as its manifest entry announced it
+/// (`size`, in the session's `chunk_bytes`): its offset on a chunk boundary inside the
+/// file, its `raw_len` that chunk's length, `LAST` on the file's last chunk and only
+/// there ([`ChunkHeader::validate_geometry`]). A chunk that does not fit ends its file
+/// with `BadFrame`, naming `dest`; it is never written.
+///
+/// # Errors
+/// The [`FileError`] the file ends with.
+pub fn check_piece(
+    header: &ChunkHeader,
+    chunk_bytes: u32,
+    size: u64,
+    dest: &str,
+) -> Result<(), FileError> {
+    header.validate_geometry(chunk_bytes, size).map_err(|e| {
+        FileError::new(
+            ErrorCode::BadFrame,
+            format!(
+                "{dest:?}: the chunk at offset {} does not fit the file of {size} bytes ({e})",
+                header.offset
+            ),
+        )
+    })
+}
+
+/// Whether a small file's segment of a packed chunk is the whole file its manifest
+/// entry announced (`len` equal to its `size`). One that is not ends the file with
+/// `BadFrame`, naming `dest`; it is never written.
+///
+/// # Errors
+/// The [`FileError`] the file ends with.
+pub fn check_segment(segment: &Segment, size: u64, dest: &str) -> Result<(), FileError> {
+    if u64::from(segment.len) == size {
+        return Ok(());
+    }
+    Err(FileError::new(
+        ErrorCode::BadFrame,
+        format!(
+            "{dest:?}: a packed segment of {} bytes for a file of {size} bytes",
+            segment.len
+        ),
+    ))
 }
 
 #[cfg(test)]

@@ -551,3 +551,50 @@ fn one_file_received_end_to_end_by_the_pieces_together() {
     assert_eq!(ended, [Frame::FileDone(FileDone { file_id: 1, digest })]);
     assert!(matches!(table.lookup(1, now, deadline), Lookup::Gone));
 }
+
+#[test]
+fn a_piece_that_does_not_fit_its_file_ends_it_with_bad_frame() {
+    let size = 2 * u64::from(CB) + 100;
+    let piece =
+        |offset: u64, len: usize, last: bool| ChunkHeader::plain(3, offset, &vec![7u8; len], last);
+    let cb = CB as usize;
+    assert_eq!(check_piece(&piece(0, cb, false), CB, size, "d/f"), Ok(()));
+    assert_eq!(
+        check_piece(&piece(2 * u64::from(CB), 100, true), CB, size, "d/f"),
+        Ok(())
+    );
+    let misfits = [
+        (piece(1, cb, false), "Chunk.offset: not a multiple"),
+        (piece(u64::from(CB), cb - 1, false), "Chunk.raw_len"),
+        (piece(2 * u64::from(CB), 99, true), "Chunk.raw_len"),
+        (piece(0, cb, true), "Chunk.flags: LAST"),
+        (piece(2 * u64::from(CB), 100, false), "Chunk.flags: LAST"),
+        (
+            piece(3 * u64::from(CB), 100, true),
+            "Chunk.offset: past the end",
+        ),
+    ];
+    for (header, why) in misfits {
+        let e = check_piece(&header, CB, size, "d/f").expect_err(why);
+        assert_eq!(e.code, ErrorCode::BadFrame, "{why}");
+        assert!(
+            e.message.starts_with("\"d/f\": the chunk at offset"),
+            "{e:?}"
+        );
+        assert!(e.message.contains(why), "{why}: {e:?}");
+    }
+}
+
+#[test]
+fn a_packed_segment_is_the_whole_file_or_ends_it_with_bad_frame() {
+    let seg = Segment {
+        file_id: 4,
+        len: 100,
+    };
+    assert_eq!(check_segment(&seg, 100, "s"), Ok(()));
+    for size in [99, 101, 0] {
+        let e = check_segment(&seg, size, "s").expect_err("a misfit");
+        assert_eq!(e.code, ErrorCode::BadFrame);
+        assert!(e.message.contains("100 bytes for a file of"), "{e:?}");
+    }
+}
