@@ -1349,10 +1349,10 @@ fn a_chunk_that_misfits_its_file_fails_it_and_is_never_written() {
     let big = root.join("big");
     write(&big.join("big.bin"), &bytes(75, CHUNK + 7));
     let small = root.join("small");
-    for i in 0..40 {
+    for i in 0..40usize {
         write(
             &small.join(format!("f{i:02}")),
-            &bytes(76 + i, 100 + i as usize),
+            &bytes(76 + i as u64, 100 + i),
         );
     }
     // What arrived of `src` in `dst`: the files missing, after checking the others.
