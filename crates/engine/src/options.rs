@@ -176,7 +176,11 @@ impl SessionOptions {
         let opts = SessionOptions {
             streams: open.streams.clamp(1, MAX_STREAMS),
             long_path_streams: None,
-            chunk_bytes: open.chunk_bytes.min(server.slot_bytes),
+            // 0: the server's choice, its slot size.
+            chunk_bytes: match open.chunk_bytes {
+                0 => server.slot_bytes,
+                asked => asked.min(server.slot_bytes),
+            },
             io_threads: server.io_threads,
             read_depth: server.read_depth,
             resume: open.resume,
@@ -401,6 +405,26 @@ mod tests {
         assert_eq!(served.streams, 1, "at least one stream");
         assert_eq!(served.compress, CompressMode::None);
         assert!(served.direct && served.chunk_acks && served.sink_closes);
+        let open = OpenOptions {
+            chunk_bytes: 0,
+            ..none.open_options()
+        };
+        let served = SessionOptions::served(&open, server, agreed);
+        assert_eq!(
+            served.chunk_bytes,
+            4 << 20,
+            "0: the daemon's choice, its slot"
+        );
+        let open = OpenOptions {
+            chunk_bytes: 1 << 20,
+            ..open
+        };
+        let served = SessionOptions::served(&open, server, agreed);
+        assert_eq!(
+            served.chunk_bytes,
+            1 << 20,
+            "what the client asked, under the slot"
+        );
     }
 
     #[test]
