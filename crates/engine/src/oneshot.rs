@@ -72,7 +72,14 @@ pub fn serve_one(listener: &TcpListener, cfg: &OneShotConfig) -> Result<Summary,
             state: "waiting for Open".into(),
         });
     };
-    let role = check_open(&open, cfg.direction, &cfg.path)
+    let agreed = SessionOptions::check_open(&open.options, est.capabilities).map_err(|message| {
+        EngineError::Refused {
+            code: ErrorCode::BadFrame,
+            message,
+        }
+    });
+    let role = agreed
+        .and_then(|()| check_open(&open, cfg.direction, &cfg.path))
         .and_then(|()| crate::access::role_for(&root, &open));
     let role = role.inspect_err(|e| {
         let msg = crate::sink::redact_root(&e.to_string(), &root);

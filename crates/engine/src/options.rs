@@ -17,7 +17,7 @@ use crate::codec::CompressMode;
 use serde::Serialize;
 use sluice_placement::{Plan, Role};
 use sluice_topology::Machine;
-use sluice_wire::{Accept, Capabilities, OpenOptions, MAX_STREAMS};
+use sluice_wire::{Accept, Capabilities, ChunkFlags, Compression, OpenOptions, MAX_STREAMS};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -100,6 +100,9 @@ pub struct SessionOptions {
     pub sink_closes: bool,
     /// The session's bandwidth limit on this host (`--bwlimit`; none by default).
     pub pace: crate::bwlimit::Pace,
+    /// The flags its chunks may carry: what the handshake agreed and `Open` asked for
+    /// ([`ChunkFlags::permitted`]); a sink refuses others. Every flag until agreed.
+    pub chunk_flags: ChunkFlags,
 }
 
 impl Default for SessionOptions {
@@ -122,6 +125,7 @@ impl Default for SessionOptions {
             chunk_acks: true,
             sink_closes: false,
             pace: crate::bwlimit::Pace::none(),
+            chunk_flags: ChunkFlags::from_bits_retain(u8::MAX),
         }
     }
 }
@@ -164,6 +168,38 @@ impl SessionOptions {
         }
     }
 
+    /// Whether `open` asks only for what the handshake agreed (`capabilities`): resume,
+    /// no-clobber and update need `RESUME`, direct I/O `DIRECT_IO`, a compression its
+    /// codec's capability. A daemon refuses any other `Open` (`BadFrame`).
+    ///
+    /// # Errors
+    /// What `open` asks for that was not agreed, as the peer reads it.
+    pub fn check_open(open: &OpenOptions, capabilities: Capabilities) -> Result<(), String> {
+        let codec = match open.compress {
+            Compression::None => Capabilities::EMPTY,
+            Compression::Lz4 => Capabilities::COMPRESS_LZ4,
+            Compression::Zstd => Capabilities::COMPRESS_ZSTD,
+        };
+        let needs = [
+            (
+                open.resume || open.no_clobber || open.update,
+                Capabilities::RESUME,
+                "RESUME",
+            ),
+            (open.direct, Capabilities::DIRECT_IO, "DIRECT_IO"),
+            (true, codec, "its compression's codec"),
+        ];
+        match needs
+            .iter()
+            .find(|(asked, cap, _)| *asked && !capabilities.contains(*cap))
+        {
+            Some((_, _, name)) => Err(format!(
+                "Open asks for what the handshake did not agree: {name} was not negotiated"
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The options a daemon runs a session with: the client's flags from `open`, at most
     /// [`MAX_STREAMS`] streams (at least 1) and the daemon's slot size, and the daemon's
     /// own storage settings; chunk acknowledgements and the sink's own close where the
@@ -195,6 +231,7 @@ impl SessionOptions {
             chunk_acks: capabilities.contains(Capabilities::CHUNK_ACKS),
             sink_closes: capabilities.contains(Capabilities::SINK_CLOSES),
             pace: crate::bwlimit::Pace::none(),
+            chunk_flags: ChunkFlags::permitted(capabilities, open.compress != Compression::None),
         };
         debug_assert!((1..=MAX_STREAMS).contains(&opts.streams));
         debug_assert!(opts.chunk_bytes <= server.slot_bytes);
@@ -227,6 +264,10 @@ impl SessionOptions {
             chunk_bytes: accept.chunk_bytes,
             chunk_acks: capabilities.contains(Capabilities::CHUNK_ACKS),
             sink_closes: capabilities.contains(Capabilities::SINK_CLOSES),
+            chunk_flags: ChunkFlags::permitted(
+                capabilities,
+                self.open_options().compress != Compression::None,
+            ),
             ..self.clone()
         })
     }
@@ -425,6 +466,83 @@ mod tests {
             1 << 20,
             "what the client asked, under the slot"
         );
+    }
+
+    #[test]
+    fn an_open_asks_only_for_what_the_handshake_agreed() {
+        let all = Capabilities::RESUME
+            .union(Capabilities::DIRECT_IO)
+            .union(Capabilities::COMPRESS_LZ4)
+            .union(Capabilities::COMPRESS_ZSTD);
+        let plain = OpenOptions {
+            direct: false,
+            ..SessionOptions::default().open_options()
+        };
+        assert_eq!(
+            SessionOptions::check_open(&plain, Capabilities::EMPTY),
+            Ok(())
+        );
+        let asks = [
+            (
+                OpenOptions {
+                    resume: true,
+                    ..plain
+                },
+                Capabilities::RESUME,
+                "RESUME",
+            ),
+            (
+                OpenOptions {
+                    no_clobber: true,
+                    ..plain
+                },
+                Capabilities::RESUME,
+                "RESUME",
+            ),
+            (
+                OpenOptions {
+                    update: true,
+                    ..plain
+                },
+                Capabilities::RESUME,
+                "RESUME",
+            ),
+            (
+                OpenOptions {
+                    direct: true,
+                    ..plain
+                },
+                Capabilities::DIRECT_IO,
+                "DIRECT_IO",
+            ),
+            (
+                OpenOptions {
+                    compress: Compression::Lz4,
+                    ..plain
+                },
+                Capabilities::COMPRESS_LZ4,
+                "codec",
+            ),
+            (
+                OpenOptions {
+                    compress: Compression::Zstd,
+                    ..plain
+                },
+                Capabilities::COMPRESS_ZSTD,
+                "codec",
+            ),
+        ];
+        for (open, needed, name) in asks {
+            assert_eq!(SessionOptions::check_open(&open, all), Ok(()), "{open:?}");
+            assert_eq!(
+                SessionOptions::check_open(&open, needed),
+                Ok(()),
+                "{open:?}"
+            );
+            let others = Capabilities::from_bits_retain(all.bits() & !needed.bits());
+            let e = SessionOptions::check_open(&open, others).expect_err(name);
+            assert!(e.contains(name), "{e}");
+        }
     }
 
     #[test]

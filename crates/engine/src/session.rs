@@ -252,7 +252,7 @@ pub(crate) fn run_role(
             );
             let conns = conns
                 .into_iter()
-                .map(|c| ChunkReceiver::new(c, chunk_bytes))
+                .map(|c| ChunkReceiver::new(c, chunk_bytes).permitting(opts.chunk_flags))
                 .collect();
             crate::sink::run(runtime, root, dest, opts, wiring, conns)
         }

@@ -24,7 +24,7 @@ use crate::codec::{
     bitflags_type, check_limit, encode_frame, Codec, FrameHeader, FrameType, Put, Reader,
 };
 use crate::error::DecodeError;
-use crate::frame::Compression;
+use crate::frame::{Capabilities, Compression};
 use crate::integrity::{
     chunk_checksum, chunk_checksum_parts, chunk_count, chunk_range, is_valid_chunk_bytes,
 };
@@ -58,6 +58,40 @@ bitflags_type! {
         /// not bits. Only toward a peer that offered
         /// [`crate::Capabilities::BYTE_SHUFFLE`].
         const BYTE_SHUFFLED = 1 << 7;
+    }
+}
+
+impl ChunkFlags {
+    /// The flags a session's chunks may carry, from the capabilities both sides agreed
+    /// (`caps`) and whether `Open` asked for compression (`compressed`): `LAST` always;
+    /// `PACKED` with [`Capabilities::PACKED`]; each compression flag with its codec's
+    /// capability, and the shuffle flags (element size included) with
+    /// [`Capabilities::SHUFFLE`] and [`Capabilities::BYTE_SHUFFLE`], where compression
+    /// was asked for. A file session's sink refuses a chunk with any other flag.
+    #[must_use]
+    pub fn permitted(caps: Capabilities, compressed: bool) -> ChunkFlags {
+        let mut flags = ChunkFlags::LAST;
+        flags.set(ChunkFlags::PACKED, caps.contains(Capabilities::PACKED));
+        if !compressed {
+            return flags;
+        }
+        flags.set(
+            ChunkFlags::COMPRESSED_LZ4,
+            caps.contains(Capabilities::COMPRESS_LZ4),
+        );
+        flags.set(
+            ChunkFlags::COMPRESSED_ZSTD,
+            caps.contains(Capabilities::COMPRESS_ZSTD),
+        );
+        let shuffled = ChunkFlags::SHUFFLED
+            .union(ChunkFlags::ELEM_LOG2_LOW)
+            .union(ChunkFlags::ELEM_LOG2_HIGH);
+        flags.set(shuffled, caps.contains(Capabilities::SHUFFLE));
+        flags.set(
+            ChunkFlags::BYTE_SHUFFLED,
+            caps.contains(Capabilities::SHUFFLE.union(Capabilities::BYTE_SHUFFLE)),
+        );
+        flags
     }
 }
 
@@ -763,5 +797,35 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_session_permits_the_flags_it_negotiated_and_asked_for() {
+        let all = Capabilities::PACKED
+            .union(Capabilities::COMPRESS_LZ4)
+            .union(Capabilities::COMPRESS_ZSTD)
+            .union(Capabilities::SHUFFLE)
+            .union(Capabilities::BYTE_SHUFFLE);
+        let plain = ChunkFlags::permitted(all, false);
+        assert_eq!(plain, ChunkFlags::LAST.union(ChunkFlags::PACKED));
+        assert_eq!(
+            ChunkFlags::permitted(Capabilities::EMPTY, true),
+            ChunkFlags::LAST
+        );
+        assert_eq!(ChunkFlags::permitted(all, true).bits(), 0xff, "every flag");
+        let lz4 = ChunkFlags::permitted(Capabilities::COMPRESS_LZ4, true);
+        assert_eq!(lz4, ChunkFlags::LAST.union(ChunkFlags::COMPRESSED_LZ4));
+        let bits = ChunkFlags::permitted(
+            Capabilities::COMPRESS_ZSTD.union(Capabilities::SHUFFLE),
+            true,
+        );
+        assert!(bits.contains(ChunkFlags::SHUFFLED.union(ChunkFlags::ELEM_LOG2_HIGH)));
+        assert!(!bits.contains(ChunkFlags::BYTE_SHUFFLED) && !bits.contains(ChunkFlags::PACKED));
+        let bytes_alone = ChunkFlags::permitted(Capabilities::BYTE_SHUFFLE, true);
+        assert_eq!(
+            bytes_alone,
+            ChunkFlags::LAST,
+            "byte-shuffle needs SHUFFLE too"
+        );
     }
 }

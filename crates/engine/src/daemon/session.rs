@@ -61,6 +61,12 @@ impl Daemon {
         conn: &mut Conn,
         rec: &mut Record,
     ) -> Result<(), EngineError> {
+        SessionOptions::check_open(&open.options, est.capabilities).map_err(|message| {
+            EngineError::Refused {
+                code: ErrorCode::BadFrame,
+                message,
+            }
+        })?;
         let mut opts = SessionOptions::served(&open.options, self.server_side(), est.capabilities);
         let chunk_acks = opts.chunk_acks;
         let limits = [self.bwlimit.as_ref(), account.bwlimit.as_ref()];

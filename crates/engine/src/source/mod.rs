@@ -35,7 +35,7 @@ use read::ReadFailure;
 use reader::Reader;
 use sluice_placement::Role;
 use sluice_session::source::{SourceConfig, SourceCore};
-use sluice_wire::{FileEntry, RelPath};
+use sluice_wire::{ChunkFlags, FileEntry, RelPath};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -124,7 +124,13 @@ pub fn run(
     wiring: Wiring<'_>,
     conns: Vec<ChunkSender>,
 ) -> Result<(), EngineError> {
-    let sched = Arc::new(Scheduler::new(opts.chunk_bytes, SMALL_FILE_MAX_BYTES));
+    // Small files travel packed where the sink takes packs (`PACKED` agreed).
+    let small_max_bytes = if opts.chunk_flags.contains(ChunkFlags::PACKED) {
+        SMALL_FILE_MAX_BYTES
+    } else {
+        0
+    };
+    let sched = Arc::new(Scheduler::new(opts.chunk_bytes, small_max_bytes));
     let sources = Sources::new(specs);
     let abort = Arc::new(AtomicBool::new(false));
     let peer_is_this_host = conns.first().is_some_and(ChunkSender::peer_is_this_host);
@@ -158,6 +164,7 @@ pub fn run(
     let negotiate = opts.resume || opts.update || opts.no_clobber;
     let mut core = SourceCore::new(SourceConfig {
         sink_closes: opts.sink_closes,
+        small_max_bytes,
         ..SourceConfig::new(opts.chunk_bytes, negotiate)
     });
     let master = Master::new(&sources, &sched, wiring, &auto, (failed, failures));

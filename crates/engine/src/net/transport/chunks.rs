@@ -7,8 +7,8 @@ use super::{await_joined, peer_is_this_host, peer_name};
 use crate::error::EngineError;
 use crate::net::tls::Link;
 use sluice_wire::{
-    ChunkHeader, ClientJoin, Codec, Frame, FrameHeader, FrameType, Segment, CHUNK_HEADER_BYTES,
-    FRAME_HEADER_BYTES,
+    ChunkFlags, ChunkHeader, ClientJoin, Codec, DecodeError, Frame, FrameHeader, FrameType,
+    Segment, CHUNK_HEADER_BYTES, FRAME_HEADER_BYTES,
 };
 use std::fs::File;
 use std::io::{self, IoSlice, Read, Write};
@@ -290,11 +290,13 @@ pub struct ChunkReceiver {
     head: Vec<u8>,
     segments: Vec<Segment>,
     max_chunk_bytes: u32,
+    permitted: ChunkFlags,
     peer: String,
 }
 
 impl ChunkReceiver {
-    /// Wraps a data connection accepting chunks up to `max_chunk_bytes`.
+    /// Wraps a data connection accepting chunks up to `max_chunk_bytes`, with any flags
+    /// (see [`Self::permitting`]).
     pub fn new(stream: Link, max_chunk_bytes: u32) -> ChunkReceiver {
         let peer = peer_name(stream.stream());
         ChunkReceiver {
@@ -302,8 +304,18 @@ impl ChunkReceiver {
             head: vec![0; FRAME_HEADER_BYTES],
             segments: Vec::new(),
             max_chunk_bytes,
+            permitted: ChunkFlags::from_bits_retain(u8::MAX),
             peer,
         }
+    }
+
+    /// Accepts only chunks whose flags are all in `permitted` (what the session
+    /// negotiated and asked for: [`ChunkFlags::permitted`]); one with another flag is a
+    /// protocol error.
+    #[must_use]
+    pub fn permitting(mut self, permitted: ChunkFlags) -> ChunkReceiver {
+        self.permitted = permitted;
+        self
     }
 
     /// The peer's address.
@@ -374,6 +386,14 @@ impl ChunkReceiver {
             .map_err(|e| protocol(&self.peer, e))?;
         Segment::decode_table(&self.head[used..], &header, &mut self.segments)
             .map_err(|e| protocol(&self.peer, e))?;
+        if !self.permitted.contains(header.flags) {
+            let e = DecodeError::Inconsistent {
+                field: "Chunk.flags",
+                reason:
+                    "a compression, shuffle or packing the session did not negotiate or ask for",
+            };
+            return Err(protocol(&self.peer, e));
+        }
         Ok(DataEvent::Chunk(header))
     }
 
