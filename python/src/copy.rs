@@ -162,6 +162,7 @@ fn config(
         // The handshake decides (`SessionOptions::accepted`).
         sink_closes: false,
         pace: Pace::none(),
+        chunk_flags: SessionOptions::default().chunk_flags,
     };
     Ok(CopyConfig {
         sources,

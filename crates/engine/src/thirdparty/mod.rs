@@ -117,7 +117,8 @@ pub fn copy(
 }
 
 /// Both daemons must speak the features the session relies on alike: the sink
-/// acknowledges chunks only if the source expects it, and a codec must be known to both.
+/// acknowledges chunks only if the source expects it, takes packs only if the source
+/// packs, and a codec must be known to both.
 fn agree(
     a: &Established,
     b: &Established,
@@ -125,12 +126,17 @@ fn agree(
     a_name: &str,
     b_name: &str,
 ) -> Result<(), EngineError> {
-    let acks = Capabilities::CHUNK_ACKS;
-    if a.capabilities.contains(acks) != b.capabilities.contains(acks) {
-        return Err(EngineError::Handshake {
-            peer: format!("{a_name} and {b_name}"),
-            message: "the two daemons run different protocol features (chunk acknowledgements): upgrade the older one".into(),
-        });
+    let features = [
+        (Capabilities::CHUNK_ACKS, "chunk acknowledgements"),
+        (Capabilities::PACKED, "packed small files"),
+    ];
+    for (cap, what) in features {
+        if a.capabilities.contains(cap) != b.capabilities.contains(cap) {
+            return Err(EngineError::Handshake {
+                peer: format!("{a_name} and {b_name}"),
+                message: format!("the two daemons run different protocol features ({what}): upgrade the older one"),
+            });
+        }
     }
     let wire = opts.open_options().compress;
     let needs = match wire {
