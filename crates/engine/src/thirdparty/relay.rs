@@ -161,13 +161,17 @@ fn count(frame: &Frame, stats: &Stats, in_flight: &InFlight) {
             }
         }
         Frame::Have(h) => {
-            let kept = map
-                .get(&h.file_id)
-                .is_some_and(|e| sluice_session::source::sink_keeps(e, &h.state));
-            if kept {
-                if let Some(e) = map.remove(&h.file_id) {
-                    stats.file_skipped(&e);
-                }
+            use sluice_session::source::{names_another_version, sink_keeps};
+            let Some(e) = map.get(&h.file_id) else {
+                return;
+            };
+            if sink_keeps(e, &h.state) {
+                stats.file_skipped(e);
+                map.remove(&h.file_id);
+            } else if names_another_version(e, &h.state) {
+                let message = "BadFrame: the sink answered Complete for another version".into();
+                stats.file_done(e, FileOutcome::Failed { message });
+                map.remove(&h.file_id);
             }
         }
         Frame::FileFailed(f) => {

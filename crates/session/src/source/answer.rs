@@ -7,7 +7,7 @@ use super::{
     MAX_REFUSED_CHUNKS_PER_FILE,
 };
 use crate::time::Instant;
-use sluice_wire::{ChunkNack, FileDone, FileFailed, Frame, Have};
+use sluice_wire::{ChunkNack, ErrorCode, FileDone, FileFailed, Frame, Have};
 
 impl SourceCore {
     /// A frame while files are in flight (or just after the last was answered).
@@ -88,6 +88,17 @@ impl SourceCore {
                 });
             }
             Decision::Nothing => {}
+            Decision::Mismatch => {
+                if let Some(a) = self.pending.remove(&have.file_id) {
+                    let message = format!(
+                        "{:?}: the sink answered Complete for another version of the file ({})",
+                        a.entry.path.as_str(),
+                        ErrorCode::BadFrame.name()
+                    );
+                    let entry = a.entry;
+                    self.push(SourceAction::Report(Report::Failed { entry, message }));
+                }
+            }
             Decision::Skipped => {
                 if let Some(a) = self.pending.remove(&have.file_id) {
                     self.push(SourceAction::Report(Report::Skipped(a.entry)));

@@ -486,7 +486,7 @@ mod answer;
 mod rules;
 
 pub use action::{ChunkKey, Report, Resend, SourceAction, SourceError, Waiting};
-pub use rules::sink_keeps;
+pub use rules::{names_another_version, sink_keeps};
 
 #[cfg(test)]
 mod tests;

@@ -16,6 +16,9 @@ pub(super) enum Decision {
     Nothing,
     /// The sink keeps what it has.
     Skipped,
+    /// The sink's final word names another version of the file (a `Complete` whose
+    /// size or mtime differ from the entry's): the file fails, and nothing is sent.
+    Mismatch,
 }
 
 pub(super) fn decide(entry: &FileEntry, state: HaveState, chunk_bytes: u32) -> Decision {
@@ -49,11 +52,11 @@ pub(super) fn decide(entry: &FileEntry, state: HaveState, chunk_bytes: u32) -> D
                 }
             }
         }
-        // The destination holds another version: send this one whole.
+        // A final word about another version: a broken sink (`BadFrame`).
         HaveState::Complete { size, mtime_ns, .. }
             if size != entry.size || mtime_ns != entry.mtime_ns =>
         {
-            whole
+            Decision::Mismatch
         }
         HaveState::Complete { .. } | HaveState::Skip(_) => Decision::Skipped,
     }
@@ -66,6 +69,16 @@ pub fn sink_keeps(entry: &FileEntry, state: &HaveState) -> bool {
     matches!(
         decide(entry, state.clone(), sluice_wire::MIN_CHUNK_BYTES),
         Decision::Skipped
+    )
+}
+
+/// Whether the sink's answer `state` is a final word about another version of `entry`
+/// (a `Complete` whose size or mtime differ): the source fails the file, and no
+/// `FileDone` will come for it. (A relay applies the same rule.)
+pub fn names_another_version(entry: &FileEntry, state: &HaveState) -> bool {
+    matches!(
+        decide(entry, state.clone(), sluice_wire::MIN_CHUNK_BYTES),
+        Decision::Mismatch
     )
 }
 

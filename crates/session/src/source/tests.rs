@@ -397,7 +397,7 @@ fn held_bytes_without_the_last_chunk_are_whole_chunks() {
 }
 
 #[test]
-fn complete_or_skip_ends_the_file_and_another_version_is_sent_whole() {
+fn complete_or_skip_ends_the_file_and_a_complete_of_another_version_fails_it() {
     let mut c = core(true);
     scan(&mut c, vec![file(1, 10), file(2, 10), file(3, 10)]);
     let complete = |size, mtime_ns| HaveState::Complete {
@@ -410,13 +410,24 @@ fn complete_or_skip_ends_the_file_and_another_version_is_sent_whole() {
         matches!(&actions(&mut c)[..], [SourceAction::Report(Report::Skipped(e))] if e.file_id == 1)
     );
     c.on_frame(have(2, complete(11, MTIME)), at(0)).unwrap();
-    assert_eq!(scheduled(&actions(&mut c)), vec![(2, None)]);
+    let acts = actions(&mut c);
+    assert!(
+        scheduled(&acts).is_empty(),
+        "nothing of it is sent: {acts:?}"
+    );
+    assert!(
+        matches!(&acts[..], [SourceAction::Report(Report::Failed { entry, message })]
+            if entry.file_id == 2 && message.contains("another version") && message.contains("BadFrame")),
+        "{acts:?}"
+    );
     c.on_frame(have(3, HaveState::Skip(SkipReason::Exists)), at(0))
         .unwrap();
+    let acts = actions(&mut c);
     assert!(
-        matches!(&actions(&mut c)[..], [SourceAction::Report(Report::Skipped(e))] if e.file_id == 3)
+        matches!(&acts[..], [SourceAction::Report(Report::Skipped(e)), SourceAction::EndOfFiles] if e.file_id == 3),
+        "every file ended: {acts:?}"
     );
-    assert_eq!(c.in_flight(), 1);
+    assert_eq!(c.in_flight(), 0);
 }
 
 #[test]
@@ -431,6 +442,10 @@ fn sink_keeps_says_what_the_core_decides_for_an_answer() {
     assert!(super::sink_keeps(&f, &complete(10, MTIME)));
     assert!(!super::sink_keeps(&f, &complete(11, MTIME)));
     assert!(!super::sink_keeps(&f, &complete(10, MTIME + 1)));
+    assert!(!super::names_another_version(&f, &complete(10, MTIME)));
+    assert!(super::names_another_version(&f, &complete(11, MTIME)));
+    assert!(super::names_another_version(&f, &complete(10, MTIME + 1)));
+    assert!(!super::names_another_version(&f, &HaveState::Missing));
     assert!(super::sink_keeps(&f, &HaveState::Skip(SkipReason::Exists)));
     assert!(!super::sink_keeps(&f, &HaveState::Missing));
 }

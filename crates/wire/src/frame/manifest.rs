@@ -407,9 +407,11 @@ impl ChunkSet {
 /// Why the sink does not want a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SkipReason {
-    /// It exists and `no_clobber` is set.
+    /// The destination stays: it exists under `no_clobber`, or has the entry's size and
+    /// mtime under `update`.
     Exists = 0,
-    /// The sink's copy is newer and `update` is set.
+    /// Reserved (the sink's copy is newer under `update`): this version never sends it,
+    /// and a source takes it as any `Skip`.
     Newer = 1,
 }
 
