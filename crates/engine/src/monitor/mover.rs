@@ -3,8 +3,8 @@
 //! reads each CPU's foreign load ([`super::threads::Sampler`]), asks the decision core
 //! ([`super::adapt::Adapter`]) what moves, re-pins a moved thread with
 //! `sched_setaffinity` on its thread id and reads the kernel's mask back. Every move
-//! and every refusal is recorded: a log line, `sluice_thread_moves_total{role,node}`,
-//! and the `--json` summary's `placement_moves` / `placement_refusals`. A move across
+//! and every refusal is recorded: a log line, `sluice_thread_moves_total{role,node}` or
+//! `sluice_thread_move_refusals_total{role,node}`, and the `--json` summary's `placement_moves` / `placement_refusals`. A move across
 //! nodes is never made (its buffer slots live on its node): it is refused and reported.
 
 use super::adapt::{Adapter, Bound, CpuLoad, Decision, Tunables};
@@ -75,6 +75,7 @@ struct Log {
     moves: VecDeque<(Instant, PlacementMove)>,
     refusals: VecDeque<(Instant, PlacementRefusal)>,
     counts: BTreeMap<(String, u32), u64>,
+    refused: BTreeMap<(String, u32), u64>,
 }
 
 static LOG: Mutex<Option<Log>> = Mutex::new(None);
@@ -139,7 +140,14 @@ pub fn move_counts() -> Vec<((String, u32), u64)> {
     with_log(|l| l.counts.iter().map(|(k, v)| (k.clone(), *v)).collect())
 }
 
-/// `sluice_thread_moves_total{role,node}` and `sluice_thread_cpu{role,thread,channel,node}`.
+/// Refusals so far, by (role, node): a bound thread whose core was taken and whose node
+/// had no free core (said once per thread until its core cools).
+pub fn refusal_counts() -> Vec<((String, u32), u64)> {
+    with_log(|l| l.refused.iter().map(|(k, v)| (k.clone(), *v)).collect())
+}
+
+/// `sluice_thread_moves_total{role,node}`, `sluice_thread_move_refusals_total{role,node}`
+/// and `sluice_thread_cpu{role,thread,channel,node}`.
 pub(super) fn metrics(
     e: &mut prometheus_client::encoding::DescriptorEncoder,
 ) -> Result<(), std::fmt::Error> {
@@ -153,6 +161,16 @@ pub(super) fn metrics(
         "sluice_thread_moves",
         "Bound threads adaptive placement moved to another core of their node.",
         moves,
+    )?;
+    let refusals: Vec<(Labels, u64)> = refusal_counts()
+        .into_iter()
+        .map(|((role, node), n)| (vec![("role", role), ("node", node.to_string())], n))
+        .collect();
+    counters(
+        e,
+        "sluice_thread_move_refusals",
+        "Bound threads whose core was taken and whose node had no free core to move to.",
+        refusals,
     )?;
     let cpus: Vec<(Labels, u64)> = threads::registered()
         .into_iter()
@@ -205,6 +223,7 @@ fn record(event: Event) {
                 r.cpu,
                 r.reason
             );
+            *l.refused.entry((r.role.clone(), r.node)).or_default() += 1;
             if l.refusals.len() >= MAX_RECORDS {
                 l.refusals.pop_front();
             }

@@ -124,6 +124,30 @@ fn recorded_moves_are_timed_from_the_start_asked_about() {
 }
 
 #[test]
+fn recorded_refusals_are_counted_in_the_metrics() {
+    let r = PlacementRefusal {
+        role: "test-only-refused-role".into(),
+        channel: 3,
+        node: 1,
+        cpu: 2,
+        at_secs: 0.0,
+        reason: "r".into(),
+    };
+    record(Event::Refused(r.clone()));
+    record(Event::Refused(r));
+    assert!(refusal_counts()
+        .iter()
+        .any(|((role, node), n)| role == "test-only-refused-role" && *node == 1 && *n == 2));
+    let text = crate::monitor::prom::render();
+    assert!(
+        text.contains(
+            r#"sluice_thread_move_refusals_total{role="test-only-refused-role",node="1"} 2"#
+        ),
+        "{text}"
+    );
+}
+
+#[test]
 fn the_text_summary_has_a_line_per_move_and_refusal() {
     let m = PlacementMove {
         role: "io-read".into(),
