@@ -19,7 +19,7 @@ if ((${#need_apt[@]})); then
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "setup: cargo not found: install Rust (rustup, stable >= 1.85) first" >&2
+  echo "setup: cargo not found: install Rust (rustup, stable >= 1.88) first" >&2
   exit 1
 fi
 if command -v rustup >/dev/null 2>&1; then

@@ -253,7 +253,7 @@ impl RawSender {
         };
         // Records after the first continue the payload: they start at an element only
         // where a record holds whole elements.
-        let elem = elem.filter(|e| self.record_bytes % e.bytes() == 0);
+        let elem = elem.filter(|e| self.record_bytes.is_multiple_of(e.bytes()));
         let sender = state.sender.as_mut().ok_or_else(closed)?;
         let message = Message {
             header: &header,

@@ -106,7 +106,7 @@ pub fn bind_memory(ptr: *const u8, len: usize, nodes: &[u32]) -> Result<(), Affi
     const MPOL_MF_MOVE: libc::c_uint = 1 << 1;
     let addr = ptr as usize;
     let page = page_bytes();
-    if addr % page != 0 {
+    if !addr.is_multiple_of(page) {
         return Err(AffinityError::Unaligned {
             addr,
             page_bytes: page,

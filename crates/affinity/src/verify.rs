@@ -408,7 +408,7 @@ impl fmt::Display for VerifyReport {
 /// `1 GiB`, `64 MiB`, `4 KiB`, `1000 B`: exact binary units when they divide.
 fn bytes(n: u64) -> String {
     for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if n >= 1 << shift && n % (1 << shift) == 0 {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
             return format!("{} {unit}", n >> shift);
         }
     }

@@ -70,7 +70,7 @@ use std::time::{Duration, Instant};
 pub const SLOT_ALIGN_BYTES: usize = 4096;
 const _: () = assert!(SLOT_ALIGN_BYTES.is_power_of_two());
 // The region starts on a huge page, so slot starts are page-aligned too.
-const _: () = assert!(HUGE_PAGE_BYTES % SLOT_ALIGN_BYTES == 0);
+const _: () = assert!(HUGE_PAGE_BYTES.is_multiple_of(SLOT_ALIGN_BYTES));
 
 /// Most slots a pool may have: indexes are `u32` in the free list.
 pub const SLOTS_MAX: u64 = u32::MAX as u64;
@@ -202,7 +202,7 @@ impl BufferPool {
         slot_bytes: usize,
         populate: Populate,
     ) -> Result<BufferPool, BufferError> {
-        if slot_bytes == 0 || slot_bytes % SLOT_ALIGN_BYTES != 0 {
+        if slot_bytes == 0 || !slot_bytes.is_multiple_of(SLOT_ALIGN_BYTES) {
             return Err(BufferError::SlotNotPageMultiple { slot_bytes });
         }
         let slots = total_bytes / slot_bytes as u64;

@@ -172,7 +172,7 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if x % 3 != 0 {
+            if !x.is_multiple_of(3) {
                 let len = usize::try_from((x >> 8) % 101).unwrap_or(0);
                 match ring.reserve() {
                     Some(slot) => {

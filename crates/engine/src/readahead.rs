@@ -130,7 +130,7 @@ impl ReadAhead {
     /// Queues the rest of `p`'s read (from `p.done`) as entry `index` and submits it.
     fn submit(&mut self, index: usize, p: &mut Pending) -> io::Result<()> {
         let want = p.len.div_ceil(ALIGN) * ALIGN;
-        if p.done % ALIGN != 0 || want > p.slot.len() {
+        if !p.done.is_multiple_of(ALIGN) || want > p.slot.len() {
             return Err(io::Error::other(format!(
                 "a direct read of {} bytes at {} cannot continue at byte {}",
                 p.len, p.offset, p.done

@@ -173,7 +173,7 @@ fn mib(bytes: u64) -> String {
 fn bytes(n: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (MIB, "MiB"), (1 << 10, "KiB")];
     for (size, name) in UNITS {
-        if n >= size && n % size == 0 {
+        if n >= size && n.is_multiple_of(size) {
             return format!("{} {name}", n / size);
         }
     }

@@ -278,7 +278,7 @@ impl ChunkHeader {
         if self.is_packed() {
             return Ok(());
         }
-        if self.offset % u64::from(chunk_bytes) != 0 {
+        if !self.offset.is_multiple_of(u64::from(chunk_bytes)) {
             return bad("Chunk.offset", "not a multiple of the chunk size");
         }
         let index = self.offset / u64::from(chunk_bytes);

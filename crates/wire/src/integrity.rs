@@ -130,7 +130,7 @@ pub fn chunk_range(size: u64, chunk_bytes: u32, index: u64) -> Option<(u64, u32)
 /// `chunk_bytes`.
 pub fn chunk_index(offset: u64, chunk_bytes: u32) -> Option<u64> {
     let cb = u64::from(chunk_bytes.max(1));
-    (offset % cb == 0).then_some(offset / cb)
+    offset.is_multiple_of(cb).then_some(offset / cb)
 }
 
 /// Why a [`FileDigest`] could not take a chunk or produce a digest.

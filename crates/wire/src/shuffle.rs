@@ -49,7 +49,7 @@ pub const BLOCK_BYTES: usize = 8192;
 const GROUP_ELEMENTS: usize = 8;
 
 // Every element size makes a whole block of whole groups of elements.
-const _: () = assert!(BLOCK_BYTES % (GROUP_ELEMENTS * 8) == 0);
+const _: () = assert!(BLOCK_BYTES.is_multiple_of(GROUP_ELEMENTS * 8));
 
 /// The size of the elements a payload was bit-shuffled as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -288,7 +288,9 @@ fn blocks<const E: usize>(input: &[u8], out: &mut [u8], block: BlockFn) {
 /// into byte-plane `j` of `scratch`, then each byte-plane into its 8 bit-planes.
 fn shuffle_block<const E: usize>(input: &[u8], out: &mut [u8], scratch: &mut [u8]) {
     let n = input.len() / E;
-    assert!(input.len() == n * E && n % GROUP_ELEMENTS == 0 && scratch.len() >= input.len());
+    assert!(
+        input.len() == n * E && n.is_multiple_of(GROUP_ELEMENTS) && scratch.len() >= input.len()
+    );
     let planes: &[u8] = if E == 1 {
         input
     } else {
@@ -304,7 +306,9 @@ fn shuffle_block<const E: usize>(input: &[u8], out: &mut [u8], scratch: &mut [u8
 /// byte-planes back into elements.
 fn unshuffle_block<const E: usize>(input: &[u8], out: &mut [u8], scratch: &mut [u8]) {
     let n = input.len() / E;
-    assert!(input.len() == n * E && n % GROUP_ELEMENTS == 0 && scratch.len() >= input.len());
+    assert!(
+        input.len() == n * E && n.is_multiple_of(GROUP_ELEMENTS) && scratch.len() >= input.len()
+    );
     if E == 1 {
         gather_bit_planes(input, out);
         return;
@@ -411,7 +415,7 @@ fn merge_u64(planes: &[u8], out: &mut [u8]) {
 /// The last `< 8` words go the same way, padded, and each row gets a byte from each.
 fn bit_planes(plane: &[u8], out: &mut [u8]) {
     let row = plane.len() / 8;
-    debug_assert!(plane.len() % 8 == 0 && out.len() == plane.len());
+    debug_assert!(plane.len().is_multiple_of(8) && out.len() == plane.len());
     let wide = plane.len() - plane.len() % 64;
     for (g, bytes) in plane[..wide].chunks_exact(64).enumerate() {
         let mut words = [0u64; 8];
@@ -441,7 +445,7 @@ fn bit_planes(plane: &[u8], out: &mut [u8]) {
 /// Undoes [`bit_planes`] (both transposes are their own inverses).
 fn gather_bit_planes(bits: &[u8], plane: &mut [u8]) {
     let row = bits.len() / 8;
-    debug_assert!(bits.len() % 8 == 0 && plane.len() == bits.len());
+    debug_assert!(bits.len().is_multiple_of(8) && plane.len() == bits.len());
     let wide = plane.len() - plane.len() % 64;
     for (g, bytes) in plane[..wide].chunks_exact_mut(64).enumerate() {
         let mut words = [0u64; 8];

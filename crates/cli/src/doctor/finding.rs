@@ -96,7 +96,7 @@ impl Target {
     /// The line rate as people say it: `100 Gbit/s`, `2.5 Gbit/s`, `100 Mbit/s`.
     pub fn rate(&self) -> String {
         let mbit = self.link_bits / 1_000_000;
-        if mbit >= 1000 && mbit % 1000 == 0 {
+        if mbit >= 1000 && mbit.is_multiple_of(1000) {
             format!("{} Gbit/s", mbit / 1000)
         } else if mbit >= 1000 {
             format!("{:.1} Gbit/s", mbit as f64 / 1000.0)
@@ -115,7 +115,7 @@ impl Target {
 pub fn size(bytes: u64) -> String {
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;
-    if bytes >= GIB && bytes % GIB == 0 {
+    if bytes >= GIB && bytes.is_multiple_of(GIB) {
         format!("{} GiB", bytes / GIB)
     } else if bytes >= GIB {
         format!("{:.1} GiB", bytes as f64 / GIB as f64)

@@ -71,7 +71,7 @@ pub(super) fn memory(bytes: u64) -> String {
     const TIB: u64 = 1 << 40;
     if bytes >= TIB {
         format!("{:.1} TiB", bytes as f64 / TIB as f64)
-    } else if bytes >= GIB && bytes % GIB == 0 {
+    } else if bytes >= GIB && bytes.is_multiple_of(GIB) {
         format!("{} GiB", bytes / GIB)
     } else if bytes >= GIB {
         format!("{:.1} GiB", bytes as f64 / GIB as f64)
@@ -81,7 +81,7 @@ pub(super) fn memory(bytes: u64) -> String {
 }
 
 pub(super) fn link_speed(mbps: u64) -> String {
-    if mbps >= 1000 && mbps % 1000 == 0 {
+    if mbps >= 1000 && mbps.is_multiple_of(1000) {
         format!("{} Gb/s", mbps / 1000)
     } else if mbps >= 1000 {
         format!("{:.1} Gb/s", mbps as f64 / 1000.0)

@@ -154,7 +154,9 @@ impl PackReads {
             match rustix::io::preadv2(h, &mut bufs, 0, ReadWriteFlags::NOWAIT) {
                 // A read cut short by the cache stops at a page boundary, so one that
                 // ends inside a page ended at the file's end.
-                Ok(n) if n > want || (n == want && want % PAGE != 0) => return Ok(Read::Done(n)),
+                Ok(n) if n > want || (n == want && !want.is_multiple_of(PAGE)) => {
+                    return Ok(Read::Done(n))
+                }
                 Ok(n) if n > 0 => return Ok(Read::Started(n)),
                 // Nothing yet (or the file is empty): the blocking read tells.
                 Ok(_) | Err(Errno::AGAIN | Errno::INTR) => return Ok(Read::Started(0)),

@@ -233,7 +233,7 @@ impl StreamSender {
         }
         if let Some(elem) = opts
             .shuffle
-            .filter(|e| opts.record_bytes as usize % e.bytes() != 0)
+            .filter(|e| !(opts.record_bytes as usize).is_multiple_of(e.bytes()))
         {
             return Err(EngineError::Config(format!(
                 "record size {} is not a multiple of the shuffle's {elem}: records must start at an element",

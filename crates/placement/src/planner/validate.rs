@@ -64,7 +64,7 @@ impl<'a> Context<'a> {
 
 /// The chunk size, and that every NIC and block device the job names exists.
 fn check_names(machine: &Machine, job: &Job) -> Result<(), PlanError> {
-    if job.chunk_bytes == 0 || job.chunk_bytes % PAGE_BYTES != 0 {
+    if job.chunk_bytes == 0 || !job.chunk_bytes.is_multiple_of(PAGE_BYTES) {
         return Err(PlanError::BadChunkSize {
             chunk_bytes: job.chunk_bytes,
         });

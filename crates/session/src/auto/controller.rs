@@ -296,7 +296,7 @@ impl AutoController {
     /// The codec of the next epoch: an untried one that could win, else the best, or
     /// one epoch in [`PROBE_EVERY`] another (raw, or a codec that could still win).
     fn next_codec(&mut self, top: f64) -> usize {
-        let probe = self.epochs_done % PROBE_EVERY == 0;
+        let probe = self.epochs_done.is_multiple_of(PROBE_EVERY);
         if probe {
             // Data and CPU load change: measure the codecs' speeds again.
             self.speed[1] = None;

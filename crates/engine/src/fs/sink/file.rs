@@ -218,8 +218,8 @@ impl SinkFile {
         let err = |e| FsError::io(Op::Write, &self.root, self.rel.as_str(), e);
         let mut done = 0;
         if let Some(direct) = &self.direct {
-            let aligned =
-                offset % DIRECT_ALIGN as u64 == 0 && (data.as_ptr() as usize) % DIRECT_ALIGN == 0;
+            let aligned = offset.is_multiple_of(DIRECT_ALIGN as u64)
+                && (data.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN);
             let body = data.len() / DIRECT_ALIGN * DIRECT_ALIGN;
             if aligned && body > 0 {
                 match direct.write_all_at(&data[..body], offset) {
