@@ -256,6 +256,7 @@ fn serve_checked(args: &ServeArgs) -> Result<ExitCode> {
         ..args.job.clone()
     };
     if args.shared.check {
+        args.http.check()?;
         return crate::serve_args::check(args, &job);
     }
     args.metrics.start()?;
@@ -300,7 +301,7 @@ fn serve_checked(args: &ServeArgs) -> Result<ExitCode> {
 
 /// The options every command that moves data takes from its job flags.
 pub fn job_options(job: &JobArgs) -> Result<SessionOptions> {
-    let chunk_bytes = parse_bytes("--chunk-size", &job.chunk_size)?;
+    let chunk_bytes = parse_bytes("--chunk-size", job.chunk_size())?;
     let chunk_bytes = u32::try_from(chunk_bytes)
         .map_err(|_| bad_input(format!("--chunk-size {chunk_bytes} is larger than 64 MiB")))?;
     let streams = u16::try_from(job.streams()).map_err(|_| {

@@ -46,6 +46,36 @@ pub struct HttpArgs {
 }
 
 impl HttpArgs {
+    /// Checks the `--http*` flags without starting anything (`serve --check` too): the
+    /// HTTP-only flags need `--http`, `--http-max-copies` is at least 1, and the CA,
+    /// the token key and the peers' URLs load.
+    ///
+    /// # Errors
+    /// One line naming the flag and what is wrong with it.
+    pub fn check(&self) -> Result<()> {
+        if self.http.is_none() {
+            let http_only = self.http_insecure
+                || self.http_ca.is_some()
+                || self.http_token_key.is_some()
+                || !self.http_peer.is_empty();
+            if http_only {
+                return Err(bad_input(
+                    "--http-insecure, --http-ca, --http-peer and --http-token-key need --http ADDR:PORT",
+                ));
+            }
+            return Ok(());
+        }
+        if self.http_max_copies == 0 {
+            return Err(bad_input("--http-max-copies must be at least 1"));
+        }
+        sluice_http::copy::peer::client_tls(self.http_ca.as_deref()).map_err(bad_input)?;
+        if let Some(p) = &self.http_token_key {
+            sluice_http::macaroon::Key::from_file(p).map_err(bad_input)?;
+        }
+        sluice_http::site::Site::new(&self.http_peer).map_err(bad_input)?;
+        Ok(())
+    }
+
     /// Starts the HTTP face if `--http` was given; it runs until the process ends.
     ///
     /// # Errors
@@ -57,27 +87,13 @@ impl HttpArgs {
         accounts: impl FnOnce() -> Result<Accounts>,
         native: impl FnOnce() -> Result<Native>,
     ) -> Result<Option<HttpServer>> {
+        self.check()?;
         let Some(listen) = self.http else {
-            let http_only = self.http_insecure
-                || self.http_ca.is_some()
-                || self.http_token_key.is_some()
-                || !self.http_peer.is_empty();
-            if http_only {
-                return Err(bad_input(
-                    "--http-insecure, --http-ca, --http-peer and --http-token-key need --http ADDR:PORT",
-                ));
-            }
             return Ok(None);
         };
-        if self.http_max_copies == 0 {
-            return Err(bad_input("--http-max-copies must be at least 1"));
-        }
         let client_tls =
             sluice_http::copy::peer::client_tls(self.http_ca.as_deref()).map_err(bad_input)?;
         let admit_clear = listen.ip().is_loopback() || self.http_insecure;
-        if let Some(p) = &self.http_token_key {
-            sluice_http::macaroon::Key::from_file(p).map_err(bad_input)?;
-        }
         let accounts = accounts()?;
         let mut native = native()?;
         native.ca = self.http_ca.clone();

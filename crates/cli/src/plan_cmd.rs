@@ -14,6 +14,8 @@ use std::path::PathBuf;
 /// a checksum finalisation, a syscall) vanish, small enough that a 256 MiB cap still
 /// gives every thread several slots in flight.
 pub const DEFAULT_CHUNK: &str = "4MiB";
+/// A stream's chunk size where `--chunk-size` is not given: a slot holds a whole record.
+pub const DEFAULT_STREAM_CHUNK: &str = "16MiB";
 /// Default total buffer memory: sized by the job (see
 /// [`sluice_engine::options::auto_buffer_bytes`]).
 pub const DEFAULT_BUFFER_MEM: &str = "auto";
@@ -38,7 +40,7 @@ pub struct JobArgs {
     /// Data connections (net-send / net-recv threads) per direction. [default: 2; `cp`
     /// not given one opens 8 where the control connection's round-trip time is 20 ms
     /// or more, which its plan's 2 threads serve]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub streams: Option<u32>,
     /// Storage threads (io-read / io-write) per direction.
     #[arg(long, value_name = "N", default_value_t = 2)]
@@ -81,9 +83,10 @@ pub struct JobArgs {
     /// io-read thread (at least 8).
     #[arg(long, value_name = "BYTES", default_value = DEFAULT_BUFFER_MEM)]
     pub buffer_mem: String,
-    /// Chunk (buffer slot) size, a multiple of 4 KiB, e.g. 4MiB.
-    #[arg(long, value_name = "BYTES", default_value = DEFAULT_CHUNK)]
-    pub chunk_size: String,
+    /// Chunk (buffer slot) size: a power of two from 64KiB to 64MiB (what the protocol
+    /// carries). [default: 4MiB; `stream`: 16MiB, so that a slot holds a whole record]
+    #[arg(long, value_name = "BYTES")]
+    pub chunk_size: Option<String>,
     /// Adaptive placement while transfers run: `on` moves a thread the plan pins to one
     /// core to a free core of the same node when other processes take its core (never
     /// to another node); `off` leaves every thread where the plan put it.
@@ -107,6 +110,16 @@ impl JobArgs {
     /// `--streams`, or [`DEFAULT_STREAMS`].
     pub fn streams(&self) -> u32 {
         self.streams.unwrap_or(DEFAULT_STREAMS)
+    }
+
+    /// `--chunk-size` as given, or the planner's default ([`DEFAULT_CHUNK`];
+    /// [`DEFAULT_STREAM_CHUNK`] for a stream).
+    pub fn chunk_size(&self) -> &str {
+        match (&self.chunk_size, self.planner) {
+            (Some(given), _) => given,
+            (None, Planner::Stream) => DEFAULT_STREAM_CHUNK,
+            (None, _) => DEFAULT_CHUNK,
+        }
     }
 
     /// Applies `--adapt` to this process.
@@ -190,7 +203,14 @@ impl JobArgs {
             })?,
         };
         let placements = self.placements(&threads, side)?;
-        let chunk_bytes = parse_bytes("--chunk-size", &self.chunk_size)?;
+        let chunk_bytes = parse_bytes("--chunk-size", self.chunk_size())?;
+        let wire_size = u32::try_from(chunk_bytes).is_ok_and(sluice_wire::is_valid_chunk_bytes);
+        if !wire_size {
+            return Err(bad_input(format!(
+                "--chunk-size {:?} is invalid: expected a power of two from 64KiB to 64MiB, e.g. 4MiB",
+                self.chunk_size()
+            )));
+        }
         let buffer_bytes = self.buffer_bytes(&threads, chunk_bytes)?;
         Ok(Job {
             threads,
@@ -281,11 +301,11 @@ impl JobArgs {
                 "--buffer-mem {:?} is too small for --chunk-size {:?}: {threads} threads need \
                  one slot each, expected at least {needed} bytes ({} MiB) or a smaller chunk",
                 self.buffer_mem,
-                self.chunk_size,
+                self.chunk_size(),
                 needed.div_ceil(1 << 20)
             ),
             PlanError::BadChunkSize { chunk_bytes } => {
-                let bytes = if self.chunk_size.trim() == chunk_bytes.to_string() {
+                let bytes = if self.chunk_size().trim() == chunk_bytes.to_string() {
                     String::new()
                 } else {
                     format!(" ({chunk_bytes} bytes)")
@@ -293,7 +313,7 @@ impl JobArgs {
                 format!(
                     "--chunk-size {:?}{bytes} is invalid: expected a positive multiple of \
                      4096 bytes, e.g. 4MiB",
-                    self.chunk_size
+                    self.chunk_size()
                 )
             }
             PlanError::BadPlacementNode {
@@ -369,5 +389,34 @@ pub fn run(args: &PlanArgs) -> Result<ExitCode> {
             Ok(ExitCode::Failed)
         }
         _ => Ok(ExitCode::Ok),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        job: JobArgs,
+    }
+
+    fn job(args: &[&str]) -> JobArgs {
+        let argv = std::iter::once("t").chain(args.iter().copied());
+        Cmd::try_parse_from(argv).expect("valid flags").job
+    }
+
+    #[test]
+    fn a_streams_default_chunk_is_a_records_and_a_given_one_is_kept() {
+        let mut given = job(&["--chunk-size", "4MiB"]);
+        let mut default = job(&[]);
+        assert_eq!(default.chunk_size(), DEFAULT_CHUNK);
+        default.planner = Planner::Stream;
+        given.planner = Planner::Stream;
+        assert_eq!(default.chunk_size(), DEFAULT_STREAM_CHUNK);
+        // Before, a stream took an explicit 4MiB for the default and made it 16MiB.
+        assert_eq!(given.chunk_size(), "4MiB");
     }
 }

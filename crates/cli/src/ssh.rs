@@ -232,7 +232,7 @@ pub fn far_job(job: &crate::plan_cmd::JobArgs) -> Vec<String> {
         format!("--streams={}", job.streams()),
         format!("--io-threads={}", job.io_threads),
         format!("--read-depth={}", job.read_depth),
-        format!("--chunk-size={}", job.chunk_size),
+        format!("--chunk-size={}", job.chunk_size()),
         format!("--buffer-mem={}", job.buffer_mem),
     ]
 }

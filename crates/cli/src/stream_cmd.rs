@@ -98,14 +98,12 @@ fn parse_shuffle(s: &str) -> Result<ElementSize, String> {
         .ok_or_else(|| format!("{s:?} is not an element size: expected 1, 2, 4 or 8 (bytes)"))
 }
 
-/// Streams need slots that hold a whole record: 16 MiB unless --chunk-size says more.
+/// Streams need slots that hold a whole record: 16 MiB unless --chunk-size says otherwise.
 /// Their net threads run the codec of their own records: no codec threads by default.
 fn stream_runtime(job: &JobArgs, side: Side) -> Result<Arc<Runtime>> {
     let mut job = job.clone();
+    // Its default chunk size follows (`JobArgs::chunk_size`).
     job.planner = Planner::Stream;
-    if job.chunk_size == crate::plan_cmd::DEFAULT_CHUNK {
-        job.chunk_size = "16MiB".into();
-    }
     let plan = job.plan(&load_machine("this")?, side)?;
     job.apply_adapt();
     Ok(Arc::new(

@@ -644,6 +644,28 @@ fn bad_chunk_size() {
         assert_bad_input(&["plan", "--topology", DTN, "--chunk-size", value], value);
     }
     assert_bad_input(&["plan", "--topology", DTN, "--chunk-size=-4MiB"], "-4MiB");
+    // What the protocol carries: a power of two from 64 KiB to 64 MiB. Before, 12KiB
+    // passed the CLI and a daemon started with it failed every session.
+    for value in ["12KiB", "32KiB", "128MiB", "3MiB"] {
+        assert_bad_input(&["plan", "--topology", DTN, "--chunk-size", value], value);
+        let root = tempfile::tempdir().unwrap();
+        let serve = [
+            "serve",
+            "--root",
+            root.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--chunk-size",
+            value,
+        ];
+        assert_bad_input(&serve, "power of two");
+        let cp = ["cp", "--chunk-size", value, "a", "sluice://127.0.0.1:9/b"];
+        assert_bad_input(&cp, "power of two");
+    }
+    // --streams beyond what a session may open is refused before anything is dialled.
+    for streams in ["0", "300"] {
+        assert_usage_error(&["cp", "--streams", streams, "a", "sluice://127.0.0.1:9/b"]);
+    }
 }
 
 #[test]

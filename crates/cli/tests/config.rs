@@ -82,6 +82,24 @@ fn check_prints_the_effective_settings_and_the_plan_and_starts_nothing() {
         !dir.path().join("state").exists(),
         "--check created no identity"
     );
+    // The HTTP face's flags are checked too, as a start would (before, --check passed
+    // them and the start failed).
+    let missing = s(&dir.path().join("no-such-ca.pem")).to_string();
+    for (flags, want) in [
+        (vec!["--http-peer", "https://b:1443"], "need --http"),
+        (
+            vec!["--http", "127.0.0.1:0", "--http-ca", &missing],
+            "no-such-ca.pem",
+        ),
+        (
+            vec!["--http", "127.0.0.1:0", "--http-max-copies", "0"],
+            "--http-max-copies",
+        ),
+    ] {
+        let mut args = vec!["--check"];
+        args.extend(flags.iter().copied());
+        assert_bad_input(&serve_with(&cfg, &args), &[want]);
+    }
 }
 
 #[test]
