@@ -376,6 +376,14 @@ fn a_config_key_of_the_wrong_type_names_file_line_and_key() {
             ":1: nic: expected an array of strings, found a string",
         ),
         ("streams = [\n", ":"),
+        (
+            "streams = 0\n",
+            ":1: streams: expected an integer from 1 to 256",
+        ),
+        (
+            "streams = 1000\n",
+            ":1: streams: expected an integer from 1 to 256",
+        ),
     ] {
         let conf = dir.path().join("sluice.toml");
         std::fs::write(&conf, text).expect("write");

@@ -43,16 +43,20 @@ pub fn resolve(args: &DoctorArgs) -> Result<Daemon> {
     };
     let streams = match (args.streams, text("streams")?) {
         (Some(n), _) => n,
-        (None, Some(s)) => s.parse().map_err(|_| {
-            let line = key("streams").map_or(0, |(_, e)| e.line);
-            let path = file
-                .as_ref()
-                .map(|f| f.path.display().to_string())
-                .unwrap_or_default();
-            bad_input(format!(
-                "{path}:{line}: streams: expected an integer from 1 to 256"
-            ))
-        })?,
+        (None, Some(s)) => s
+            .parse()
+            .ok()
+            .filter(|n| (1..=256).contains(n))
+            .ok_or_else(|| {
+                let line = key("streams").map_or(0, |(_, e)| e.line);
+                let path = file
+                    .as_ref()
+                    .map(|f| f.path.display().to_string())
+                    .unwrap_or_default();
+                bad_input(format!(
+                    "{path}:{line}: streams: expected an integer from 1 to 256"
+                ))
+            })?,
         (None, None) => DEFAULT_STREAMS,
     };
     let nics = match (&args.nics[..], key("nic")) {
