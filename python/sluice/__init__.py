@@ -192,7 +192,8 @@ class Sender:
     :meth:`flush`, :meth:`close` or :meth:`abort` (on the caller's thread: the sender's
     own threads never take the GIL). Use it as a context manager: leaving the block
     normally closes the stream (waiting for the receiver), leaving it by an exception
-    abandons it (the receiver raises).
+    abandons it (a receiver that got any of it raises; one that got nothing yet sees
+    an empty stream end).
     """
 
     def __init__(self, url: str, *, streams: int = 2, compress: str = "none",
@@ -272,7 +273,8 @@ class Sender:
         return self.summary
 
     def abort(self) -> None:
-        """Abandons the stream: the receiver raises rather than see it end. Arrays
+        """Abandons the stream: a receiver that got any of it raises rather than see it
+        end (one that got nothing yet sees an empty stream end). Arrays
         still held are released as the receiver acknowledges them or the connections
         close (:meth:`flush` waits for that)."""
         self._aborted = True
@@ -317,8 +319,9 @@ class Receiver:
     writable numpy array over the receiver's buffer slot that holds it, not copied out
     (``arr.base`` is a ``sluice._sluice.SlotView``). The slot is the array's until the
     array and every view of it are dropped, on any thread; then it goes back to this
-    receiver's pool. A receiver lends only its spare slots (:attr:`slots_spare`: those
-    beyond three per connection and one, which the stream needs to keep going); while
+    receiver's pool. A receiver lends only its spare slots (:attr:`slots_spare`: in each
+    buffer pool, those beyond three per connection on it and one, which the stream needs
+    to keep going); while
     all of them are held, and for frames spanning records, frames come in fresh
     arrays, copied. So holding arrays never stalls the stream, but each one held keeps
     a whole slot from the receiver: ``copy()`` the arrays to keep many of them (or use

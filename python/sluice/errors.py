@@ -6,9 +6,10 @@ Every exception is a :class:`SluiceError` and carries:
 * ``cli_message``: the line ``sluice`` prints on stderr for the same error
   (``sluice: error: ...``);
 * ``recovery``: ``"retry"``, ``"resume"`` or ``"abort"`` (rclone's error classes: send
-  again, start again with ``resume=True``, or change something first);
+  again, start again (a copy with ``resume=True``), or change something first);
 * ``code``: the wire error code's name (``"NotFound"``, ``"NoSpace"``...) or ``None``;
-* ``kind``: the engine's error variant (``"Io"``, ``"Disconnected"``, ``"Handshake"``...);
+* ``kind``: the engine's error variant (``"Io"``, ``"Disconnected"``, ``"Handshake"``...),
+  ``"Usage"`` for bad input the extension refused, ``""`` for errors raised in Python;
 * ``exit_code``: the exit status ``sluice`` would end with (2: bad input, 1: failure).
 """
 
@@ -48,8 +49,8 @@ class RetryError(TransferError):
 
 
 class ResumeError(TransferError):
-    """The session was lost (a connection, a full disk, a busy daemon): call again with
-    ``resume=True`` and what arrived is kept."""
+    """The session was lost (a connection, a full disk, a busy daemon): call a copy
+    again with ``resume=True``, or open a stream again; what arrived is kept."""
 
     recovery = "resume"
 

@@ -82,22 +82,39 @@ fn kind_of(e: &EngineError) -> &'static str {
     }
 }
 
-/// A failure of the engine, by its recovery class; `resuming` says whether the call
+/// What a lost session's advice says: a copy is called again (with `resume=True`
+/// unless it resumed already); a stream, which has no resume, is opened again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Again {
+    Copy { resuming: bool },
+    Stream,
+}
+
+/// A failure of a copy, by its recovery class; `resuming` says whether the call
 /// already resumed (the CLI's advice differs).
 pub fn failure(e: &EngineError, resuming: bool) -> PyErr {
+    failure_then(e, Again::Copy { resuming })
+}
+
+fn failure_then(e: &EngineError, again: Again) -> PyErr {
     let recovery = e.recovery();
-    let (class, cli_hint, py_hint) = match recovery {
-        Recovery::Retry => ("RetryError", String::new(), String::new()),
-        Recovery::Abort => ("AbortError", String::new(), String::new()),
-        Recovery::Resume if resuming => (
+    let (class, cli_hint, py_hint) = match (recovery, again) {
+        (Recovery::Retry, _) => ("RetryError", "", ""),
+        (Recovery::Abort, _) => ("AbortError", "", ""),
+        (Recovery::Resume, Again::Copy { resuming: true }) => (
             "ResumeError",
-            " (run the same command again to continue)".to_string(),
-            " (call it again to continue)".to_string(),
+            " (run the same command again to continue)",
+            " (call it again to continue)",
         ),
-        Recovery::Resume => (
+        (Recovery::Resume, Again::Copy { resuming: false }) => (
             "ResumeError",
-            " (run the same command with --resume to continue)".to_string(),
-            " (call it again with resume=True to continue)".to_string(),
+            " (run the same command with --resume to continue)",
+            " (call it again with resume=True to continue)",
+        ),
+        (Recovery::Resume, Again::Stream) => (
+            "ResumeError",
+            " (start the stream again)",
+            " (open the stream again; what was received is kept)",
         ),
     };
     let code = e.code();
@@ -114,7 +131,7 @@ pub fn failure(e: &EngineError, resuming: bool) -> PyErr {
 
 /// An engine error outside a copy (setting up a stream's runtime, a stream).
 pub fn engine(e: EngineError) -> PyErr {
-    failure(&e, false)
+    failure_then(&e, Again::Stream)
 }
 
 /// A copy's error: bad input or a failure.
