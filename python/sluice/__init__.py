@@ -505,8 +505,10 @@ def copy(src: Union[PathLike, Sequence[PathLike]], dst: PathLike, *,
          progress_interval: float = 0.2, check: bool = True) -> dict[str, Any]:
     """Copies files and trees to or from a ``sluice serve`` daemon, as ``sluice cp``
     does with the same options (``recursive`` is ``-r``, ``buffered`` is
-    ``--buffered``, ``bwlimit="500M"`` is ``--bwlimit 500M``...); one side is local,
-    the other ``sluice://HOST:PORT/PATH``.
+    ``--buffered``, ``bwlimit="500M"`` is ``--bwlimit 500M``...), except that
+    ``streams`` is 2 unless given (``sluice cp`` opens 8 on a path of 20 ms or more).
+    Either side is local or ``sluice://HOST:PORT/PATH``; both remote is a third-party
+    copy between the two daemons.
 
     ``progress`` is called every ``progress_interval`` seconds (and once at the end)
     with ``{"bytes", "total_bytes", "files_done", "files"}``; the copy runs on its own

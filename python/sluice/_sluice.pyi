@@ -2,17 +2,20 @@
 
 Callers use :mod:`sluice`; these are its building blocks."""
 
+import os
 from typing import Any, Callable, Optional, Union
 
 __version__: str
 
 _Size = Union[int, str]
 _Token = Union[str, bytes, None]
+_Path = Union[str, os.PathLike[str]]
 
 class RawSender:
     """The sending end of a stream of messages (see ``sluice.Sender``)."""
 
-    record_bytes: int
+    @property
+    def record_bytes(self) -> int: ...
     def __init__(
         self,
         url: str,
@@ -23,10 +26,10 @@ class RawSender:
         chunk_size: Optional[_Size] = None,
         buffer_mem: Optional[_Size] = None,
         token: _Token = None,
-        token_file: Optional[str] = None,
+        token_file: Optional[_Path] = None,
         encrypt: str = "auto",
-        ca: Optional[str] = None,
-        known_hosts: Optional[str] = None,
+        ca: Optional[_Path] = None,
+        known_hosts: Optional[_Path] = None,
         strict_host_key: bool = False,
     ) -> None: ...
     def send(
@@ -73,12 +76,12 @@ class RawReceiver:
         chunk_size: Optional[_Size] = None,
         buffer_mem: Optional[_Size] = None,
         token: _Token = None,
-        token_file: Optional[str] = None,
+        token_file: Optional[_Path] = None,
         insecure_no_auth: bool = False,
         encrypt: str = "auto",
-        cert: Optional[str] = None,
-        key: Optional[str] = None,
-        state_dir: Optional[str] = None,
+        cert: Optional[_Path] = None,
+        key: Optional[_Path] = None,
+        state_dir: Optional[_Path] = None,
     ) -> None: ...
     def next_header(self) -> Optional[tuple[int, int, int, bytes, int]]:
         """``(kind, frame_id, series, info, payload_bytes)`` of the next message, or
@@ -108,6 +111,9 @@ class SlotView:
     when it and every export and array over it are dropped, on any thread."""
 
     def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+    def __repr__(self) -> str: ...
 
 def copy(
     sources: list[str],
@@ -127,10 +133,10 @@ def copy(
     chunk_size: Optional[_Size] = None,
     buffer_mem: Optional[_Size] = None,
     token: _Token = None,
-    token_file: Optional[str] = None,
+    token_file: Optional[_Path] = None,
     encrypt: str = "auto",
-    ca: Optional[str] = None,
-    known_hosts: Optional[str] = None,
+    ca: Optional[_Path] = None,
+    known_hosts: Optional[_Path] = None,
     strict_host_key: bool = False,
     bwlimit: Optional[str] = None,
     progress: Optional[Callable[[dict[str, int]], Any]] = None,
