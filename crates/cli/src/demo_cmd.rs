@@ -140,6 +140,7 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode> {
         "demo: daemon on {addr}, pushing {}/ with --verify",
         src.display()
     ));
+    args.job.apply_adapt();
     // As the real ones: the client populates on demand, the daemon at start-up.
     let client_runtime = Arc::new(Runtime::new(
         args.job.plan(&machine, Side::Send)?,

@@ -65,7 +65,10 @@ pub struct JobArgs {
     /// flag).
     #[arg(skip)]
     pub planner: Planner,
-    /// NIC to use (repeatable). Default: every NIC with a known NUMA node.
+    /// NIC whose NUMA node the data threads and buffers go to (repeatable); a daemon
+    /// also advertises its addresses for the data connections. Connections follow the
+    /// routing table: a client does not bind them to it. Default: every NIC with a known
+    /// NUMA node.
     #[arg(long = "nic", value_name = "NAME")]
     pub nics: Vec<String>,
     /// Block device the transfer reads or writes (repeatable), e.g. nvme0n1.
@@ -89,7 +92,8 @@ pub struct JobArgs {
     pub chunk_size: Option<String>,
     /// Adaptive placement while transfers run: `on` moves a thread the plan pins to one
     /// core to a free core of the same node when other processes take its core (never
-    /// to another node); `off` leaves every thread where the plan put it.
+    /// to another node, nor to a --reserve-cores CPU); `off` leaves every thread where
+    /// the plan put it. An ssh-started far side follows the copy's setting.
     #[arg(long, value_enum, value_name = "on|off", default_value_t = Adapt::On)]
     pub adapt: Adapt,
 }
@@ -122,9 +126,13 @@ impl JobArgs {
         }
     }
 
-    /// Applies `--adapt` to this process.
+    /// Applies `--adapt` to this process, and `--reserve-cores` to where it may move
+    /// threads (the list was checked when the job was planned).
     pub fn apply_adapt(&self) {
-        sluice_engine::monitor::mover::set_enabled(self.adapt == Adapt::On);
+        use sluice_engine::monitor::mover;
+        mover::set_enabled(self.adapt == Adapt::On);
+        let reserved = self.reserve_cores.as_deref().map(cpulist::parse);
+        mover::set_reserved(reserved.and_then(Result::ok).unwrap_or_default());
     }
 }
 

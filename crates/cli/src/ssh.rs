@@ -226,7 +226,7 @@ pub fn trust_far_side(
 }
 
 /// The job flags the far side plans with: the copy's own (streams, threads, chunk and
-/// buffer sizes), so both ends plan for the same session.
+/// buffer sizes, adaptive placement), so both ends plan for the same session.
 pub fn far_job(job: &crate::plan_cmd::JobArgs) -> Vec<String> {
     vec![
         format!("--streams={}", job.streams()),
@@ -234,6 +234,14 @@ pub fn far_job(job: &crate::plan_cmd::JobArgs) -> Vec<String> {
         format!("--read-depth={}", job.read_depth),
         format!("--chunk-size={}", job.chunk_size()),
         format!("--buffer-mem={}", job.buffer_mem),
+        format!(
+            "--adapt={}",
+            if job.adapt == crate::plan_cmd::Adapt::On {
+                "on"
+            } else {
+                "off"
+            }
+        ),
     ]
 }
 

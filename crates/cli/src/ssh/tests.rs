@@ -99,6 +99,8 @@ fn the_far_job_repeats_the_copys_plan_flags() {
         "cp",
         "--streams",
         "3",
+        "--adapt",
+        "off",
         "-e",
         "ssh -p 2",
         "a",
@@ -110,6 +112,7 @@ fn the_far_job_repeats_the_copys_plan_flags() {
     };
     let words = far_job(&args.job);
     assert!(words.contains(&"--streams=3".to_string()), "{words:?}");
+    assert!(words.contains(&"--adapt=off".to_string()), "{words:?}");
     assert_eq!(args.ssh.rsh, "ssh -p 2");
     assert_eq!(args.ssh.sluice_path, "sluice");
 }

@@ -246,9 +246,40 @@ pub fn ensure_running() {
     }
 }
 
+/// CPUs adaptive placement never moves a thread to, nor runs on (`--reserve-cores`).
+static RESERVED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// Sets the CPUs this process must never use (`--reserve-cores`): adaptive placement
+/// leaves them out of the cores it may move a thread to. Set before threads are bound.
+pub fn set_reserved(cpus: Vec<u32>) {
+    *RESERVED.lock().unwrap_or_else(PoisonError::into_inner) = cpus;
+}
+
+/// The CPUs the monitor watches and may move threads to: those `allowed`, less the
+/// `reserved` ones (all of `allowed` if that would leave none).
+pub fn watched_cpus(allowed: Vec<u32>, reserved: &[u32]) -> Vec<u32> {
+    let left: Vec<u32> = allowed
+        .iter()
+        .copied()
+        .filter(|c| !reserved.contains(c))
+        .collect();
+    if left.is_empty() {
+        allowed
+    } else {
+        left
+    }
+}
+
 /// The monitor thread: ticks while threads are registered, ends after a few idle ticks.
 fn run() {
-    let allowed = sluice_affinity::allowed_cpus().unwrap_or_default();
+    let reserved = RESERVED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let allowed = watched_cpus(
+        sluice_affinity::allowed_cpus().unwrap_or_default(),
+        &reserved,
+    );
     // Spawned by a pinned thread, it inherited that pin: it runs anywhere allowed.
     if let Err(e) = sluice_affinity::bind_current_thread(&allowed) {
         tracing::debug!("adaptive placement: cannot unpin its monitor thread: {e}");

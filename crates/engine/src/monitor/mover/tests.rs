@@ -175,3 +175,33 @@ fn the_text_summary_has_a_line_per_move_and_refusal() {
         ]
     );
 }
+
+/// One node of CPUs 0-2; net-send 101 on CPU 0, which a hog takes; CPU 1 is busy too and
+/// CPU 2, the only idle one, is reserved (`--reserve-cores 2`): the thread stays, and
+/// the refusal is said, instead of moving onto a CPU the operator kept for others.
+#[test]
+fn a_reserved_cpu_is_never_a_target() {
+    assert_eq!(watched_cpus(vec![0, 1, 2], &[2]), vec![0, 1]);
+    assert_eq!(watched_cpus(vec![0, 1], &[0, 1]), vec![0, 1], "never none");
+    let p = FakeProc::new(&[&[0, 1, 2]]);
+    let threads = [thread(101, "net-send", 0, 0)];
+    let run = |cpus: Vec<u32>| {
+        let mut m = Mover::new(Sampler::new(p.reader(), cpus), Tunables::default());
+        let mut applied = Vec::new();
+        for s in 0..10u64 {
+            p.stat(&[(0, 100 * s, 0), (1, 100 * s, 0), (2, 0, 100 * s)]);
+            p.task(101, 5 * s, 0);
+            let mut apply = |tid: i32, cpu: u32| {
+                applied.push((tid, cpu));
+                Ok(())
+            };
+            let _ = m.tick(&threads, &mut apply);
+        }
+        applied
+    };
+    assert_eq!(run(vec![0, 1, 2]), [(101, 2)], "unreserved, CPU 2 is taken");
+    assert!(
+        run(watched_cpus(vec![0, 1, 2], &[2])).is_empty(),
+        "reserved, it is not"
+    );
+}
