@@ -85,7 +85,8 @@ pub struct CpArgs {
     #[arg(long)]
     pub buffered: bool,
     /// Compression on the wire: none, lz4, zstd[:LEVEL] or auto (compress only while the
-    /// link, not the CPU, is the bottleneck).
+    /// link, not the CPU, is the bottleneck). On a pull the daemon compresses, and any
+    /// codec asked for means `auto` there (it may send a chunk raw).
     #[arg(long, value_name = "CODEC", default_value = "none")]
     pub compress: String,
     /// Print one JSON summary object instead of the human summary.
@@ -95,7 +96,9 @@ pub struct CpArgs {
     /// chunk by chunk where the bytes leave or arrive on this host.
     #[arg(long, value_name = "RATE")]
     pub bwlimit: Option<String>,
-    /// File holding the shared secret of the daemon.
+    /// File holding the shared secret of the daemon (not for a `host:path` side: the
+    /// far side ssh starts has a secret of its own, and its certificate is pinned by
+    /// the fingerprint ssh carries back, in place of --ca/--known-hosts).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     #[command(flatten)]
@@ -126,8 +129,9 @@ pub struct ServeArgs {
     /// Allow a non-loopback address without a token (anyone who can connect can write).
     #[arg(long)]
     pub insecure_no_auth: bool,
-    /// Connections (control + data) served at once.
-    #[arg(long, value_name = "N", default_value_t = 256)]
+    /// Connections (control + data) served at once, at least 1.
+    #[arg(long, value_name = "N", default_value_t = 256,
+          value_parser = at_least_one)]
     pub max_connections: usize,
     /// Print the listening address, plan and certificate fingerprint as one JSON line
     /// when ready.
@@ -296,6 +300,14 @@ fn serve_checked(args: &ServeArgs) -> Result<ExitCode> {
         Ok(drained) => Ok(crate::serve_args::report_drain(&drained)),
         Err(e @ sluice_engine::EngineError::Config(_)) => Err(bad_input(e)),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// A count of at least 1 (`--max-connections`).
+fn at_least_one(s: &str) -> std::result::Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number of at least 1")),
     }
 }
 

@@ -100,7 +100,8 @@ impl Tomo {
 pub fn run(args: &GenArgs) -> Result<ExitCode> {
     match &args.what {
         GenWhat::Tomo { out, size, seed } => {
-            let total = parse_bytes("--size", size)?;
+            // Whole 16-bit pixels: an odd size loses its last byte.
+            let total = parse_bytes("--size", size)? / 2 * 2;
             let mut sink: Box<dyn Write> = if out.as_os_str() == "-" {
                 Box::new(std::io::stdout().lock())
             } else {

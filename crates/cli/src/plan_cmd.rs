@@ -42,7 +42,8 @@ pub struct JobArgs {
     /// or more, which its plan's 2 threads serve]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub streams: Option<u32>,
-    /// Storage threads (io-read / io-write) per direction.
+    /// Storage threads (io-read / io-write) per direction (`stream` plans them but runs
+    /// none: its net threads read and write the records).
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub io_threads: u32,
     /// Large-file chunk reads each io-read thread keeps in flight with O_DIRECT
@@ -53,11 +54,13 @@ pub struct JobArgs {
     pub read_depth: u32,
     /// Compression threads (sender side), a stage of their own between storage and
     /// network. 0: the io-read threads compress. [default: --io-threads when the
-    /// transfer compresses (`serve`: always planned), else 0]
+    /// transfer compresses (`serve`: always planned; `stream`: 0, its net threads
+    /// compress their own records), else 0]
     #[arg(long, value_name = "N")]
     pub compress_threads: Option<u32>,
     /// Decompression threads (receiver side). 0: the net-recv threads decompress.
-    /// [default: --streams when the transfer compresses (`serve`: always planned), else 0]
+    /// [default: --streams when the transfer compresses (`serve`: always planned;
+    /// `stream`: 0), else 0]
     #[arg(long, value_name = "N")]
     pub decompress_threads: Option<u32>,
     /// Which program plans the transfer (a copy and its `--compress`, a daemon, a

@@ -35,7 +35,8 @@ pub struct SshArgs {
     #[arg(long, value_name = "PATH", default_value = "sluice")]
     pub sluice_path: String,
     /// Carry the data and control connections through the ssh connection (when only
-    /// port 22 is open): the far side listens on its loopback only.
+    /// port 22 is open): the far side listens on its loopback only, and ssh encrypts
+    /// (so `--encrypt never` is allowed). For a `host:path` side only.
     #[arg(long)]
     pub via_ssh: bool,
 }

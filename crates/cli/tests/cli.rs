@@ -1132,3 +1132,30 @@ fn a_resumable_failure_hints_resume_and_others_do_not() {
     assert!(out.stderr.contains("NotFound"), "{}", out.stderr);
     assert!(!out.stderr.contains("--resume"), "{}", out.stderr);
 }
+
+#[test]
+fn gen_tomo_writes_whole_pixels() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("frames.raw");
+    for (size, want) in [("3", 2), ("4", 4), ("1", 0)] {
+        let run = sluice(&["gen", "tomo", "--size", size, out.to_str().unwrap()]);
+        assert_eq!(run.code, Some(0), "{}: {}", run.what, run.stderr);
+        let len = std::fs::metadata(&out).unwrap().len();
+        assert_eq!(
+            len, want,
+            "--size {size}: 16-bit pixels, the odd byte dropped"
+        );
+    }
+}
+
+#[test]
+fn a_daemon_that_could_serve_nothing_is_refused_at_start() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().to_str().unwrap();
+    // Before, --max-connections 0 started a daemon that refused every connection.
+    assert_usage_error(&["serve", "--root", root, "--max-connections", "0"]);
+    assert_bad_input(
+        &["serve", "--root", root, "--max-sessions", "0"],
+        "--max-sessions",
+    );
+}
