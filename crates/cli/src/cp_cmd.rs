@@ -92,7 +92,8 @@ pub struct CpArgs {
     /// Print one JSON summary object instead of the human summary.
     #[arg(long)]
     pub json: bool,
-    /// Limit this transfer to RATE bytes per second (500M, 2G: SI; 100Mi: IEC), paced
+    /// Limit this transfer to RATE bytes per second (500M, 2G: SI; 100Mi: IEC; at least
+    /// 1M), paced
     /// chunk by chunk where the bytes leave or arrive on this host.
     #[arg(long, value_name = "RATE")]
     pub bwlimit: Option<String>,

@@ -38,7 +38,7 @@ pub struct SharedArgs {
     /// aborted.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     pub drain_timeout: u64,
-    /// Limit the daemon to RATE bytes per second in all (500M, 2G: SI; 100Mi: IEC),
+    /// Limit the daemon to RATE bytes per second in all (500M, 2G: SI; 100Mi: IEC; at least 1M),
     /// shared fairly by its running sessions; an account's own `bwlimit` applies too.
     #[arg(long, value_name = "RATE")]
     pub bwlimit: Option<String>,

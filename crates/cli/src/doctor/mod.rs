@@ -29,13 +29,13 @@ use std::time::Duration;
 /// Arguments of `sluice doctor`.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
-    /// Round-trip time of the paths this host serves, in ms (socket buffers must hold
-    /// the bandwidth-delay product at the NIC's speed).
+    /// Round-trip time of the paths this host serves, in ms, 1 to 10000 (socket buffers
+    /// must hold the bandwidth-delay product at the NIC's speed).
     #[arg(long, value_name = "MS", default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub rtt: u64,
     /// The data NIC to check (repeatable). Default: the config file's `nic`, else every
-    /// NIC with a device that is up.
+    /// NIC with a device that is up (every NIC when none is).
     #[arg(long = "nic", value_name = "NAME")]
     pub nics: Vec<String>,
     /// Data connections per transfer (as `sluice serve --streams`). [default: the config

@@ -27,7 +27,7 @@ pub struct TopArgs {
     /// Print one frame as text and exit.
     #[arg(long)]
     pub once: bool,
-    /// Seconds between scrapes.
+    /// Seconds between scrapes, 0.05 to 3600.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     pub interval: f64,
     /// File holding the endpoint's bearer token (`--metrics-token-file`).
