@@ -44,7 +44,8 @@ pub struct SharedArgs {
     pub bwlimit: Option<String>,
     /// Read the settings from FILE (TOML): every long flag of `sluice serve` is a key
     /// (`listen = "0.0.0.0:7878"`, `max-sessions = 64`), accounts may be inline
-    /// `[[account]]` tables; flags on the command line override the file.
+    /// `[[account]]` tables; flags on the command line, and the environment variables
+    /// that stand for flags (`SLUICE_LOG`, `SLUICE_LOG_FORMAT`), override the file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Validate the settings (and the file), print the effective settings and the plan,
