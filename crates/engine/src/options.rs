@@ -175,11 +175,6 @@ impl SessionOptions {
     /// # Errors
     /// What `open` asks for that was not agreed, as the peer reads it.
     pub fn check_open(open: &OpenOptions, capabilities: Capabilities) -> Result<(), String> {
-        let codec = match open.compress {
-            Compression::None => Capabilities::EMPTY,
-            Compression::Lz4 => Capabilities::COMPRESS_LZ4,
-            Compression::Zstd => Capabilities::COMPRESS_ZSTD,
-        };
         let needs = [
             (
                 open.resume || open.no_clobber || open.update,
@@ -187,7 +182,7 @@ impl SessionOptions {
                 "RESUME",
             ),
             (open.direct, Capabilities::DIRECT_IO, "DIRECT_IO"),
-            (true, codec, "its compression's codec"),
+            (true, open.compress.capability(), "its compression's codec"),
         ];
         match needs
             .iter()

@@ -24,8 +24,8 @@ use crate::stats::Stats;
 use crate::transport::{FrameReader, FrameWriter};
 use crate::SessionOptions;
 use sluice_wire::{
-    Accept, Addresses, Capabilities, Compression, Delegate, Direction, Established, Frame, Open,
-    StreamAddress, Token,
+    Accept, Addresses, Capabilities, Delegate, Direction, Established, Frame, Open, StreamAddress,
+    Token,
 };
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -139,11 +139,7 @@ fn agree(
         }
     }
     let wire = opts.open_options().compress;
-    let needs = match wire {
-        Compression::None => Capabilities::EMPTY,
-        Compression::Lz4 => Capabilities::COMPRESS_LZ4,
-        Compression::Zstd => Capabilities::COMPRESS_ZSTD,
-    };
+    let needs = wire.capability();
     if !(a.capabilities.contains(needs) && b.capabilities.contains(needs)) {
         return Err(EngineError::Handshake {
             peer: format!("{a_name} and {b_name}"),

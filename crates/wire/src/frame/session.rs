@@ -35,6 +35,16 @@ pub enum Compression {
 }
 
 impl Compression {
+    /// The capability both sides must have negotiated for it (none for `None`).
+    #[must_use]
+    pub fn capability(self) -> super::Capabilities {
+        match self {
+            Compression::None => super::Capabilities::EMPTY,
+            Compression::Lz4 => super::Capabilities::COMPRESS_LZ4,
+            Compression::Zstd => super::Capabilities::COMPRESS_ZSTD,
+        }
+    }
+
     pub(crate) fn from_u8(v: u8, field: &'static str) -> Result<Compression, DecodeError> {
         match v {
             0 => Ok(Compression::None),
