@@ -152,25 +152,23 @@ pub(super) fn metrics(
     e: &mut prometheus_client::encoding::DescriptorEncoder,
 ) -> Result<(), std::fmt::Error> {
     use super::prom::{counters, gauges, Labels};
-    let moves: Vec<(Labels, u64)> = move_counts()
-        .into_iter()
-        .map(|((role, node), n)| (vec![("role", role), ("node", node.to_string())], n))
-        .collect();
+    let by_role_node = |counts: Vec<((String, u32), u64)>| -> Vec<(Labels, u64)> {
+        counts
+            .into_iter()
+            .map(|((role, node), n)| (vec![("role", role), ("node", node.to_string())], n))
+            .collect()
+    };
     counters(
         e,
         "sluice_thread_moves",
         "Bound threads adaptive placement moved to another core of their node.",
-        moves,
+        by_role_node(move_counts()),
     )?;
-    let refusals: Vec<(Labels, u64)> = refusal_counts()
-        .into_iter()
-        .map(|((role, node), n)| (vec![("role", role), ("node", node.to_string())], n))
-        .collect();
     counters(
         e,
         "sluice_thread_move_refusals",
         "Bound threads whose core was taken and whose node had no free core to move to.",
-        refusals,
+        by_role_node(refusal_counts()),
     )?;
     let cpus: Vec<(Labels, u64)> = threads::registered()
         .into_iter()
