@@ -45,6 +45,13 @@ pub struct HttpArgs {
     pub http_ca: Option<PathBuf>,
 }
 
+/// What a start takes from checked `--http*` flags.
+struct Checked {
+    listen: std::net::SocketAddr,
+    client_tls: sluice_http::copy::peer::ClientTls,
+    site: sluice_http::site::Site,
+}
+
 impl HttpArgs {
     /// Checks the `--http*` flags without starting anything (`serve --check` too): the
     /// HTTP-only flags need `--http`, `--http-max-copies` is at least 1, and the CA,
@@ -53,7 +60,13 @@ impl HttpArgs {
     /// # Errors
     /// One line naming the flag and what is wrong with it.
     pub fn check(&self) -> Result<()> {
-        if self.http.is_none() {
+        self.checked().map(drop)
+    }
+
+    /// [`Self::check`], giving what a start needs from the flags: the address, the
+    /// client TLS of copies and the site's peers (`None` without `--http`).
+    fn checked(&self) -> Result<Option<Checked>> {
+        let Some(listen) = self.http else {
             let http_only = self.http_insecure
                 || self.http_ca.is_some()
                 || self.http_token_key.is_some()
@@ -63,17 +76,22 @@ impl HttpArgs {
                     "--http-insecure, --http-ca, --http-peer and --http-token-key need --http ADDR:PORT",
                 ));
             }
-            return Ok(());
-        }
+            return Ok(None);
+        };
         if self.http_max_copies == 0 {
             return Err(bad_input("--http-max-copies must be at least 1"));
         }
-        sluice_http::copy::peer::client_tls(self.http_ca.as_deref()).map_err(bad_input)?;
+        let client_tls =
+            sluice_http::copy::peer::client_tls(self.http_ca.as_deref()).map_err(bad_input)?;
         if let Some(p) = &self.http_token_key {
             sluice_http::macaroon::Key::from_file(p).map_err(bad_input)?;
         }
-        sluice_http::site::Site::new(&self.http_peer).map_err(bad_input)?;
-        Ok(())
+        let site = sluice_http::site::Site::new(&self.http_peer).map_err(bad_input)?;
+        Ok(Some(Checked {
+            listen,
+            client_tls,
+            site,
+        }))
     }
 
     /// Starts the HTTP face if `--http` was given; it runs until the process ends.
@@ -87,12 +105,14 @@ impl HttpArgs {
         accounts: impl FnOnce() -> Result<Accounts>,
         native: impl FnOnce() -> Result<Native>,
     ) -> Result<Option<HttpServer>> {
-        self.check()?;
-        let Some(listen) = self.http else {
+        let Some(Checked {
+            listen,
+            client_tls,
+            site,
+        }) = self.checked()?
+        else {
             return Ok(None);
         };
-        let client_tls =
-            sluice_http::copy::peer::client_tls(self.http_ca.as_deref()).map_err(bad_input)?;
         let admit_clear = listen.ip().is_loopback() || self.http_insecure;
         let accounts = accounts()?;
         let mut native = native()?;
@@ -109,7 +129,7 @@ impl HttpArgs {
             token_key: self.http_token_key.clone(),
             client_tls,
             native: Some(native),
-            site: sluice_http::site::Site::new(&self.http_peer).map_err(bad_input)?,
+            site,
         };
         let server = sluice_http::start(cfg)
             .map_err(|e| anyhow::anyhow!("--http {listen}: cannot listen: {e}"))?;

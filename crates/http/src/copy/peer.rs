@@ -148,13 +148,16 @@ where
     Ok(Connected { sender, addr })
 }
 
+/// The client TLS configuration of copies ([`client_tls`]).
+pub type ClientTls = Arc<rustls::ClientConfig>;
+
 /// The trust for HTTPS sources and destinations of copies: the system's CA bundle
 /// (`/etc/ssl/certs/ca-certificates.crt`, if present) and the PEM certificates of
 /// `extra` (`--http-ca`: a site CA, or a peer daemon's self-signed certificate).
 ///
 /// # Errors
 /// `extra` cannot be read or holds no certificate; no certificate is trusted at all.
-pub fn client_tls(extra: Option<&std::path::Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+pub fn client_tls(extra: Option<&std::path::Path>) -> Result<ClientTls, String> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::CertificateDer;
     let mut roots = rustls::RootCertStore::empty();
