@@ -125,7 +125,7 @@ impl Default for SessionOptions {
             chunk_acks: true,
             sink_closes: false,
             pace: crate::bwlimit::Pace::none(),
-            chunk_flags: ChunkFlags::from_bits_retain(u8::MAX),
+            chunk_flags: ChunkFlags::ANY,
         }
     }
 }

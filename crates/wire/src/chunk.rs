@@ -62,6 +62,9 @@ bitflags_type! {
 }
 
 impl ChunkFlags {
+    /// Every flag: what a receiver permits before a session has agreed on any.
+    pub const ANY: ChunkFlags = ChunkFlags::from_bits_retain(u8::MAX);
+
     /// The flags a session's chunks may carry, from the capabilities both sides agreed
     /// (`caps`) and whether `Open` asked for compression (`compressed`): `LAST` always;
     /// `PACKED` with [`Capabilities::PACKED`]; each compression flag with its codec's
@@ -812,7 +815,11 @@ mod tests {
             ChunkFlags::permitted(Capabilities::EMPTY, true),
             ChunkFlags::LAST
         );
-        assert_eq!(ChunkFlags::permitted(all, true).bits(), 0xff, "every flag");
+        assert_eq!(
+            ChunkFlags::permitted(all, true),
+            ChunkFlags::ANY,
+            "every flag"
+        );
         let lz4 = ChunkFlags::permitted(Capabilities::COMPRESS_LZ4, true);
         assert_eq!(lz4, ChunkFlags::LAST.union(ChunkFlags::COMPRESSED_LZ4));
         let bits = ChunkFlags::permitted(

@@ -304,7 +304,7 @@ impl ChunkReceiver {
             head: vec![0; FRAME_HEADER_BYTES],
             segments: Vec::new(),
             max_chunk_bytes,
-            permitted: ChunkFlags::from_bits_retain(u8::MAX),
+            permitted: ChunkFlags::ANY,
             peer,
         }
     }
